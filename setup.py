@@ -1,0 +1,33 @@
+"""tvm_hetero: place the layers of one neural network across several devices with Apache TVM."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="tvm_hetero",
+    version="0.1.0",
+    description="Heterogeneous layer placement and compilation on Apache TVM (Relax)",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["tvm_hetero", "tvm_hetero.*"]),
+    install_requires=[
+        "apache-tvm==0.27.0.post1",
+        # 0.1.15.post2 segfaults in tvm.ir.save_json (see docs/tvm-notes.md)
+        "apache-tvm-ffi==0.1.14.post1",
+        "numpy>=1.26",
+        "onnx>=1.16",
+        # the same `xgboost` module without the 469 MB NCCL wheel: we never train on a GPU
+        "xgboost-cpu>=2.1",
+        "tqdm>=4.66",
+        "networkx>=3.2",
+        # MetaSchedule needs these and the TVM wheel does not pull them in
+        "psutil>=5.9",
+        "cloudpickle>=3.0",
+        "ml_dtypes>=0.4",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "onnxruntime>=1.18"],
+        "torch": ["torch==2.13.0"],
+    },
+    entry_points={"console_scripts": ["tvm-hetero=tvm_hetero.cli.main:main"]},
+)

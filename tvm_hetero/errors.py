@@ -1,0 +1,25 @@
+"""Errors a user can cause. The CLI prints them as one line; anything else is a bug."""
+
+
+class HeteroError(Exception):
+    """Base class of every user-facing error of tvm_hetero."""
+
+
+class ModelError(HeteroError):
+    """A model cannot be loaded or imported (missing, corrupt, unsupported op, dynamic shape)."""
+
+
+class DeviceError(HeteroError):
+    """A device string is malformed, or a device's runtime is absent."""
+
+
+class PlacementError(HeteroError):
+    """A placement does not match the model's layers or the device set."""
+
+
+class BuildError(HeteroError):
+    """Building a placed module failed."""
+
+
+class InputError(HeteroError):
+    """Inputs given to a compiled model do not match its input signature."""

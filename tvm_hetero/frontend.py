@@ -1,0 +1,253 @@
+"""Model loading: ONNX (path or ModelProto), Relax IRModule, torch ExportedProgram, ``zoo:NAME``.
+
+Every loader returns a :class:`Model`: a Relax IRModule whose ``main`` takes the model inputs
+only (weights are bound as constants), and the description of those inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import ModelError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: its Relax parameter name, static shape and dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    source_name: str | None = None  # the name in the source model (ONNX names may differ)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
+                "source_name": self.source_name or self.name}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "InputSpec":
+        return cls(data["name"], tuple(int(d) for d in data["shape"]), data["dtype"],
+                   data.get("source_name"))
+
+    def random(self, rng: np.random.Generator) -> np.ndarray:
+        """Seeded random data of this input's shape and dtype."""
+        if np.issubdtype(np.dtype(self.dtype), np.integer):
+            return rng.integers(0, 8, size=self.shape).astype(self.dtype)
+        if self.dtype == "bool":
+            return rng.integers(0, 2, size=self.shape).astype(bool)
+        return rng.standard_normal(self.shape).astype(self.dtype)
+
+
+@dataclass
+class Model:
+    """A loaded model.
+
+    Attributes
+    ----------
+    name : str
+        A short name (file stem or zoo name).
+    mod : tvm.IRModule
+        Relax module; ``main`` takes the inputs in ``inputs`` order, weights are constants.
+    inputs : list of InputSpec
+        The model inputs.
+    onnx_model : onnx.ModelProto or None
+        The ONNX source, when there is one (reference outputs come from onnxruntime).
+    """
+
+    name: str
+    mod: Any
+    inputs: list[InputSpec]
+    onnx_model: Any = None
+    source: str = ""
+    _fingerprint: str | None = field(default=None, repr=False)
+
+    def fingerprint(self) -> str:
+        """A stable hash of the model's structure and weights."""
+        if self._fingerprint is None:
+            import tvm
+
+            digest = hashlib.sha256(str(tvm.ir.structural_hash(self.mod, map_free_vars=True))
+                                    .encode())
+            for spec in self.inputs:
+                digest.update(repr((spec.name, spec.shape, spec.dtype)).encode())
+            self._fingerprint = digest.hexdigest()[:16]
+        return self._fingerprint
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Seeded random inputs, by input name."""
+        rng = np.random.default_rng(seed)
+        return {spec.name: spec.random(rng) for spec in self.inputs}
+
+
+def _onnx_input_specs(model) -> list[tuple[str, list, str]]:
+    from onnx import helper
+
+    init_names = {init.name for init in model.graph.initializer}
+    out = []
+    for value in model.graph.input:
+        if value.name in init_names:
+            continue  # old-style models list initializers as inputs too
+        ttype = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                for d in ttype.shape.dim]
+        out.append((value.name, dims, helper.tensor_dtype_to_np_dtype(ttype.elem_type).name))
+    return out
+
+
+def _load_onnx(model, name: str, input_shapes: dict[str, tuple[int, ...]] | None) -> Model:
+    import tvm
+    from tvm.relax.frontend.onnx import from_onnx
+
+    specs = _onnx_input_specs(model)
+    shape_dict = {}
+    for in_name, dims, _ in specs:
+        if input_shapes and in_name in input_shapes:
+            shape_dict[in_name] = list(input_shapes[in_name])
+        elif not all(isinstance(d, int) and d > 0 for d in dims):
+            raise ModelError(
+                f"model input {in_name!r} has a dynamic shape {dims}; give a static one "
+                f"(--input-shape {in_name}=1,3,224,224)"
+            )
+        else:
+            shape_dict[in_name] = dims
+    unknown = sorted(set(input_shapes or {}) - {s[0] for s in specs})
+    if unknown:
+        raise ModelError(f"input shape given for unknown input(s) {', '.join(unknown)}; "
+                         f"the inputs are {', '.join(s[0] for s in specs)}")
+    try:
+        mod = from_onnx(model, shape_dict=shape_dict, dtype_dict={s[0]: s[2] for s in specs},
+                        keep_params_in_input=False)
+    except tvm.error.OpNotImplemented as err:
+        raise ModelError(f"cannot import {name}: {_first_line(err)}") from None
+    except Exception as err:  # the importer raises many kinds; all mean "cannot import"
+        raise ModelError(f"cannot import ONNX model {name}: {_first_line(err)}") from None
+    params = list(mod["main"].params)
+    inputs = [InputSpec(p.name, tuple(int(d) for d in shape_dict[src]), dtype, src)
+              for p, (src, _, dtype) in zip(params, specs)]
+    return Model(name, mod, inputs, onnx_model=model)
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    # TVM errors put the message last, after a traceback
+    msg = next((ln for ln in reversed(lines) if not ln.startswith(("File ", "at "))), "")
+    return msg or type(err).__name__
+
+
+def _load_relax(mod, name: str) -> Model:
+    import tvm
+    from tvm import relax
+
+    if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        raise ModelError("the Relax IRModule has no 'main' function")
+    main = mod["main"]
+    if not isinstance(main, relax.Function):
+        raise ModelError("'main' of the IRModule is not a Relax function")
+    num_input = main.attrs.get("num_input") if main.attrs else None
+    params = list(main.params)
+    if num_input is not None and int(num_input) < len(params):
+        raise ModelError(
+            f"'main' takes {len(params) - int(num_input)} weight parameter(s); bind them "
+            "as constants first (relax.transform.BindParams)"
+        )
+    inputs = []
+    for p in params:
+        ty = p.ty
+        if not isinstance(ty, relax.TensorType) or ty.shape is None:
+            raise ModelError(f"input {p.name!r} of 'main' is not a tensor of known shape")
+        dims = []
+        for d in ty.shape.values:
+            if not isinstance(d, tvm.tirx.IntImm):
+                raise ModelError(f"input {p.name!r} has a dynamic shape {list(ty.shape.values)};"
+                                 " tvm_hetero needs static shapes")
+            dims.append(int(d))
+        inputs.append(InputSpec(p.name, tuple(dims), str(ty.dtype)))
+    return Model(name, mod, inputs)
+
+
+def _load_torch(program, name: str) -> Model:
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    try:
+        mod = from_exported_program(program, keep_params_as_input=False)
+    except Exception as err:
+        raise ModelError(f"cannot import the PyTorch program: {_first_line(err)}") from None
+    mod = relax.transform.DecomposeOpsForInference()(mod)
+    return _load_relax(mod, name)
+
+
+def load_model(source: Any, name: str | None = None,
+               input_shapes: dict[str, tuple[int, ...]] | None = None) -> Model:
+    """Load a model from any supported source.
+
+    Parameters
+    ----------
+    source : str, os.PathLike, onnx.ModelProto, tvm.IRModule or torch.export.ExportedProgram
+        ``zoo:NAME`` for a built-in model, a path to an ``.onnx`` file, or an in-memory model.
+    name : str, optional
+        A short name for reports; derived from the source when omitted.
+    input_shapes : dict, optional
+        Static shapes for ONNX inputs whose shapes are dynamic.
+
+    Returns
+    -------
+    Model
+        The Relax module (weights bound as constants) and its input description.
+
+    Raises
+    ------
+    ModelError
+        If the source is missing, corrupt, has an unsupported op or dynamic shapes.
+    """
+    import tvm
+
+    if isinstance(source, Model):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        text = os.fspath(source)
+        if text.startswith("zoo:"):
+            from .zoo import zoo_model
+
+            zoo_name = text[4:]
+            model = _load_onnx(zoo_model(zoo_name), name or zoo_name, input_shapes)
+            model.source = text
+            return model
+        return _load_onnx_file(text, name, input_shapes)
+    if isinstance(source, tvm.IRModule):
+        return _load_relax(source, name or "relax_module")
+    type_name = type(source).__module__ + "." + type(source).__name__
+    if type_name.startswith("onnx") and hasattr(source, "graph"):
+        return _load_onnx(source, name or (source.graph.name or "onnx_model"), input_shapes)
+    if type_name.startswith("torch.export"):
+        return _load_torch(source, name or "torch_model")
+    raise ModelError(f"cannot load a model from a {type_name}; give zoo:NAME, an .onnx path, "
+                     "an onnx.ModelProto, a Relax IRModule or a torch ExportedProgram")
+
+
+def _load_onnx_file(path: str, name: str | None, input_shapes) -> Model:
+    import onnx
+
+    if not os.path.exists(path):
+        raise ModelError(f"model file not found: {path}")
+    if os.path.isdir(path):
+        raise ModelError(f"model path is a directory, not a file: {path}")
+    try:
+        model = onnx.load(path)
+        onnx.checker.check_model(model)
+    except Exception as err:
+        raise ModelError(f"{path} is not a valid ONNX model: {_first_line(err)}") from None
+    if len(model.graph.node) == 0:
+        raise ModelError(f"{path} is not a valid ONNX model: its graph has no nodes")
+    stem = os.path.splitext(os.path.basename(path))[0]
+    loaded = _load_onnx(model, name or stem, input_shapes)
+    loaded.source = os.path.abspath(path)
+    return loaded
