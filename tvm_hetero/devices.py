@@ -62,8 +62,10 @@ def parse_size(text: str | int) -> int:
 @lru_cache(maxsize=None)
 def host_cpu_name() -> str:
     """The LLVM name of the host CPU (e.g. ``znver3``), as LLVM detects it."""
+    import tvm  # registers the LLVM target functions
     import tvm_ffi
 
+    del tvm
     return str(tvm_ffi.get_global_func("target.llvm_get_system_cpu")())
 
 

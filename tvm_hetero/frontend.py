@@ -72,9 +72,9 @@ class Model:
     def fingerprint(self) -> str:
         """A stable hash of the model's structure and weights."""
         if self._fingerprint is None:
-            import tvm
+            import tvm_ffi
 
-            digest = hashlib.sha256(str(tvm.ir.structural_hash(self.mod, map_free_vars=True))
+            digest = hashlib.sha256(str(tvm_ffi.structural_hash(self.mod, map_free_vars=True))
                                     .encode())
             for spec in self.inputs:
                 digest.update(repr((spec.name, spec.shape, spec.dtype)).encode())

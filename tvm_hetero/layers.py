@@ -135,6 +135,7 @@ def _op_name(func_name: str) -> str:
 
 def _simplify_stack_sum_pass():
     import tvm
+    import tvm_ffi
     from tvm import relax
 
     op_sum = tvm.ir.Op.get("relax.sum")
@@ -152,7 +153,7 @@ def _simplify_stack_sum_pass():
             if call.op.same_as(op_broadcast):
                 src = call.args[0]
                 if isinstance(src.ty, relax.TensorType) and src.ty.shape is not None and \
-                        tvm.ir.structural_equal(src.ty.shape, call.ty.shape):
+                        tvm_ffi.structural_equal(src.ty.shape, call.ty.shape):
                     return src
             if call.op.same_as(op_sum) and not call.attrs.keepdims and \
                     call.attrs.axis is not None and [int(a) for a in call.attrs.axis] == [0] and \
@@ -161,7 +162,7 @@ def _simplify_stack_sum_pass():
                 if isinstance(stacked, relax.Call) and stacked.op.same_as(op_stack) and \
                         int(stacked.attrs.axis) == 0 and isinstance(stacked.args[0], relax.Tuple):
                     fields = list(stacked.args[0].fields)
-                    if all(tvm.ir.structural_equal(f.ty, call.ty) for f in fields):
+                    if all(tvm_ffi.structural_equal(f.ty, call.ty) for f in fields):
                         out = fields[0]
                         for term in fields[1:]:
                             out = self.builder_.emit(relax.op.add(out, term))

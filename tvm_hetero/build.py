@@ -1,0 +1,493 @@
+"""Build a placed model into ONE executable that runs across its devices; export, load, run.
+
+The build is ``prepare`` -> ``AnnotateDevice`` -> ``RealizeVDevice`` -> per-target scheduling ->
+the Relax VM lowering passes -> VM codegen -> one ``tirx.build`` per distinct target, linked
+into one library. TVM 0.27 compiles all LLVM kernels of one ``tirx.build`` with ONE target even
+when their ``target`` attributes differ, so kernels are built per target here and the modules
+imported into the first (``VMLink``); each layer's machine code is then its own device's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .annotate import WEIGHTS_FUNC, AnnotateDevice
+from .devices import DeviceSet, host_target_dict
+from .errors import BuildError, DeviceError, InputError, ModelError
+from .frontend import InputSpec, Model, load_model
+from .layers import extract_layers, is_layered, prepare
+from .placement import Placement
+
+logger = logging.getLogger(__name__)
+
+META_FUNC = "hetero_meta"
+META_FORMAT = "tvm_hetero.executable"
+META_VERSION = 1
+
+
+def _import_tvm():
+    import tvm
+    from tvm import relax
+
+    return tvm, relax
+
+
+# ----------------------------------------------------------------------------------------------
+# build
+
+
+def schedule_passes(devices: DeviceSet) -> list:
+    """Per-target scheduling of the placed kernels.
+
+    GPU kernels must be scheduled (thread bindings) or TVM silently emits them as host code:
+    dlight's GPU rules are applied to the PrimFuncs whose target is a GPU, and leave CPU
+    kernels alone (each rule checks the function's own ``target`` attribute).
+    """
+    from tvm.s_tir import dlight as dl
+
+    passes = []
+    if any(dev.family != "cpu" for dev in devices):
+        passes.append(dl.ApplyDefaultSchedule(
+            dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+            dl.gpu.Fallback(),
+        ))
+    return passes
+
+
+def _lower(mod):
+    """The Relax VM lowering of TVM's default pipeline (the same for every backend here).
+
+    TVM 0.27's StaticPlanBlockMemory lets tensors of two devices share one storage (it ignores
+    the vdevice when it reuses a storage token), which fails at run time with "Mismatched
+    device_id". Its result is checked, and where it shares storage across devices the module is
+    lowered without static planning: the VM's pooled allocator then serves those tensors.
+    """
+    _, relax = _import_tvm()
+    t = relax.transform
+    seq = _import_tvm()[0].transform.Sequential
+    mod = seq([t.RewriteDataflowReshape(), t.ToNonDataflow(), t.RemovePurityChecking(),
+               t.CallTIRRewrite()])(mod)
+    planned = t.StaticPlanBlockMemory()(mod)
+    if _storage_shared_across_devices(planned):
+        logger.info("static memory planning would share storage across devices; "
+                    "allocating those tensors at run time instead")
+    else:
+        mod = planned
+    return seq([t.LowerAllocTensor(), t.KillAfterLastUse(), t.LowerRuntimeBuiltin(),
+                t.ComputePrimValue(), t.VMShapeLower(), t.AttachGlobalSymbol()])(mod)
+
+
+def _storage_shared_across_devices(mod) -> bool:
+    """Whether a planned storage holds tensors of a device other than its own."""
+    tvm, relax = _import_tvm()
+    alloc_storage = tvm.ir.Op.get("relax.memory.alloc_storage")
+    alloc_tensor = tvm.ir.Op.get("relax.memory.alloc_tensor")
+    for func in mod.functions.values():
+        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+            continue
+        storage_device = {}
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                value = binding.value
+                if not isinstance(value, relax.Call):
+                    continue
+                if value.op.same_as(alloc_storage):
+                    storage_device[binding.var] = int(value.args[1].value)
+                elif value.op.same_as(alloc_tensor) and value.args[0] in storage_device:
+                    if int(value.args[4].value) != storage_device[value.args[0]]:
+                        return True
+    return False
+
+
+def _add_meta_function(mod, meta: dict[str, Any]):
+    """A ``hetero_meta()`` function returning the executable's description as JSON."""
+    tvm, relax = _import_tvm()
+    bb = relax.BlockBuilder()
+    with bb.function(META_FUNC, [], attrs={"global_symbol": META_FUNC}):
+        bb.emit_func_output(tvm.ir.StringImm(json.dumps(meta, sort_keys=True)))
+    out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,
+                       global_infos=mod.global_infos)
+    out[tvm.ir.GlobalVar(META_FUNC)] = bb.get()[META_FUNC]
+    return out
+
+
+def _link_per_target(mod, host_target):
+    """VM codegen, then one ``tirx.build`` per distinct target, linked into one executable."""
+    tvm, relax = _import_tvm()
+    from tvm.relax import _ffi_api as relax_ffi
+    from tvm.relax.vm_build import VMExecutable, _vmcodegen
+
+    builder = relax.ExecBuilder()
+    leftover = _vmcodegen(builder, mod, "bytecode")
+    groups: dict[str, tuple[Any, dict]] = {}
+    for gv, func in leftover.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            target = func.attrs.get("target") if func.attrs is not None else None
+            if target is None:  # host-side helpers (shape functions) run on the host CPU
+                target = host_target
+                func = func.with_attr("target", target)
+            groups.setdefault(str(target), (target, {}))[1][gv] = func
+    libs: dict[str, Any] = {}
+    for key, (target, funcs) in groups.items():
+        libs[key] = tvm.tirx.build(tvm.IRModule(funcs, attrs=leftover.attrs), target=target)
+    ordered = sorted(libs.items(), key=lambda kv: groups[kv[0]][0].kind.name != "llvm")
+    root = ordered[0][1] if ordered else None
+    for _, lib in ordered[1:]:
+        root.import_module(lib)
+    return VMExecutable(relax_ffi.VMLink(builder, None, root, [], {})), libs
+
+
+@dataclass
+class BuildStats:
+    """Where build time went, in seconds."""
+
+    prepare_s: float = 0.0
+    annotate_s: float = 0.0
+    lower_s: float = 0.0
+    codegen_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.prepare_s + self.annotate_s + self.lower_s + self.codegen_s
+
+
+def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[str],
+          *, extra_passes: Sequence | None = None) -> "CompiledModel":
+    """Build a model with its layers placed on devices into one executable.
+
+    Parameters
+    ----------
+    model : Model, str, onnx.ModelProto or tvm.IRModule
+        Anything :func:`load_model` accepts.
+    placement : Placement or str
+        ``{layer: device}``, or ``"all:DEVICE"``, or a placement JSON path.
+    devices : DeviceSet or list of str
+        The devices; their order is the VM's device order.
+    extra_passes : list of tvm.transform.Pass, optional
+        Passes run after device annotation and scheduling, before VM lowering.
+
+    Returns
+    -------
+    CompiledModel
+        The executable, its devices, inputs and placement.
+
+    Raises
+    ------
+    PlacementError, ModelError, BuildError
+    """
+    tvm, relax = _import_tvm()
+    model = load_model(model)
+    devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
+    stats = BuildStats()
+    start = time.perf_counter()
+    layered = layered_module(model)
+    layers = extract_layers(layered)
+    if isinstance(placement, str):
+        placement = Placement.parse(placement, layers)
+    placement.validate(layers, devices)
+    stats.prepare_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    annotated = AnnotateDevice(placement, devices, lift_weights=True)(layered)
+    annotated = relax.transform.RealizeVDevice()(annotated)
+    main = annotated["main"]
+    vdevices = list(annotated.global_infos["vdevice"])
+    input_devices = [_vdevice_index(p.ty.vdevice, vdevices) for p in main.params[:len(model.inputs)]]
+    num_weights = len(main.params) - len(model.inputs)
+    meta = {
+        "format": META_FORMAT, "version": META_VERSION, "tvm_version": tvm.__version__,
+        "model": model.name, "model_fingerprint": model.fingerprint(),
+        "devices": devices.to_json(), "inputs": [s.to_json() for s in model.inputs],
+        "input_devices": input_devices, "num_weights": num_weights,
+        "placement": dict(placement.assignment),
+    }
+    annotated = _add_meta_function(annotated, meta)
+    stats.annotate_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    host = tvm.target.Target(host_target_dict())
+    try:
+        with host:
+            scheduled = tvm.transform.Sequential(
+                schedule_passes(devices) + list(extra_passes or []))(annotated)
+            lowered = _lower(scheduled)
+    except Exception as err:
+        raise BuildError(f"lowering the placed module failed: {_last_line(err)}") from err
+    stats.lower_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    try:
+        executable, libs = _link_per_target(lowered, host)
+    except Exception as err:
+        raise BuildError(f"code generation failed: {_last_line(err)}") from err
+    stats.codegen_s = time.perf_counter() - start
+    logger.info("built %s for %s in %.2fs", model.name, ", ".join(devices.names), stats.total_s)
+    return CompiledModel(executable, meta, devices, model.inputs, placement, libs=libs,
+                         stats=stats)
+
+
+def layered_module(model: Model):
+    """The layered form of a model's module, computed once per Model."""
+    cached = getattr(model, "_layered", None)
+    if cached is None:
+        cached = model.mod if is_layered(model.mod) else prepare(model.mod)
+        model._layered = cached
+    return cached
+
+
+def _vdevice_index(vdevice, vdevices) -> int:
+    import tvm_ffi
+
+    if vdevice is None:
+        return 0
+    for index, candidate in enumerate(vdevices):
+        if tvm_ffi.structural_equal(candidate, vdevice):
+            return index
+    return 0
+
+
+def _last_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(err).__name__
+
+
+# ----------------------------------------------------------------------------------------------
+# the compiled model: export, load, run
+
+
+@dataclass
+class LatencySummary:
+    """Latency of one inference, in milliseconds, over `repeat` measurements."""
+
+    median: float
+    min: float
+    max: float
+    mean: float
+    std: float
+    repeat: int
+    number: int
+    results: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"median": self.median, "min": self.min, "max": self.max, "mean": self.mean,
+                "std": self.std, "repeat": self.repeat, "number": self.number}
+
+
+def time_function(func: Callable[[], Any], sync: Callable[[], None] | None = None, *,
+                  warmup: int = 3, repeat: int = 10, number: int | None = None,
+                  min_repeat_ms: float = 50.0) -> LatencySummary:
+    """Time ``func()``: `warmup` calls, then `repeat` measurements of `number` calls each.
+
+    When `number` is None it is chosen so that one measurement lasts at least `min_repeat_ms`.
+    `sync` waits for the devices to finish (GPU work is asynchronous).
+    """
+    sync = sync or (lambda: None)
+    for _ in range(max(warmup, 0)):
+        func()
+    sync()
+    if number is None:
+        number = 1
+        while True:
+            start = time.perf_counter()
+            for _ in range(number):
+                func()
+            sync()
+            elapsed_ms = (time.perf_counter() - start) * 1e3
+            if elapsed_ms >= min_repeat_ms or number >= 1 << 20:
+                break
+            number = max(number * 2, int(number * min_repeat_ms / max(elapsed_ms, 1e-3) * 1.1))
+    results = []
+    for _ in range(max(repeat, 1)):
+        start = time.perf_counter()
+        for _ in range(number):
+            func()
+        sync()
+        results.append((time.perf_counter() - start) * 1e3 / number)
+    arr = np.array(results)
+    return LatencySummary(float(np.median(arr)), float(arr.min()), float(arr.max()),
+                          float(arr.mean()), float(arr.std()), len(results), number, results)
+
+
+class CompiledModel:
+    """One executable running a placed model across its devices.
+
+    Attributes
+    ----------
+    executable : tvm.relax.VMExecutable or tvm.runtime.Module
+        The VM executable (``main(*inputs, *weights)``, ``hetero_weights()``, ``hetero_meta()``).
+    meta : dict
+        The description embedded in the executable (devices, inputs, placement).
+    devices : DeviceSet
+    inputs : list of InputSpec
+    placement : Placement
+    libs : dict
+        Per-target kernel libraries of an in-memory build (target string -> module).
+    """
+
+    def __init__(self, executable, meta: dict[str, Any], devices: DeviceSet,
+                 inputs: list[InputSpec], placement: Placement, libs=None,
+                 stats: BuildStats | None = None):
+        self.executable = executable
+        self.meta = meta
+        self.devices = devices
+        self.inputs = inputs
+        self.placement = placement
+        self.libs = libs or {}
+        self.stats = stats
+        self._vm = None
+        self._weights = None
+
+    # -- export / load ---------------------------------------------------------------------
+    def export_library(self, path: str | os.PathLike) -> str:
+        """Write the executable (kernels of every device, weights, metadata) to one ``.so``."""
+        path = os.fspath(path)
+        if not path.endswith((".so", ".dylib", ".dll", ".tar")):
+            raise BuildError(f"export path {path!r} must end in .so (or .tar)")
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise BuildError(f"output directory does not exist: {directory}")
+        tmp = path + ".partial" + os.path.splitext(path)[1]
+        try:
+            self.executable.export_library(tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        return path
+
+    # -- running ---------------------------------------------------------------------------
+    def _session(self):
+        if self._vm is None:
+            _, relax = _import_tvm()
+            self.devices.check_runtime()
+            self._vm = relax.VirtualMachine(self.executable, self.devices.runtime_devices())
+            weights = self._vm[WEIGHTS_FUNC]()
+            self._weights = list(weights) if self.meta.get("num_weights") else []
+        return self._vm, self._weights
+
+    def prepare_inputs(self, inputs) -> list:
+        """Check numpy inputs against the input signature and put each on its device."""
+        tvm, _ = _import_tvm()
+        arrays = _match_inputs(inputs, self.inputs)
+        runtime = self.devices.runtime_devices()
+        placed = self.meta.get("input_devices", [0] * len(arrays))
+        return [tvm.runtime.tensor(arr, runtime[dev]) for arr, dev in zip(arrays, placed)]
+
+    def run(self, inputs) -> list[np.ndarray]:
+        """Run one inference on numpy inputs (dict by name, or a list in input order)."""
+        vm, weights = self._session()
+        args = self.prepare_inputs(inputs)
+        return _to_numpy(vm["main"](*args, *weights))
+
+    def benchmark(self, inputs, *, warmup: int = 3, repeat: int = 10, number: int | None = None,
+                  min_repeat_ms: float = 50.0) -> LatencySummary:
+        """Latency of ``main`` with the inputs already on their devices."""
+        vm, weights = self._session()
+        args = self.prepare_inputs(inputs)
+        main = vm["main"]
+        runtime = self.devices.runtime_devices()
+
+        def sync():
+            for dev in runtime:
+                dev.sync()
+
+        return time_function(lambda: main(*args, *weights), sync, warmup=warmup, repeat=repeat,
+                             number=number, min_repeat_ms=min_repeat_ms)
+
+
+def load(path: str | os.PathLike, devices: DeviceSet | Sequence[str] | None = None) -> CompiledModel:
+    """Load an exported executable.
+
+    Parameters
+    ----------
+    path : str
+        The ``.so`` written by :meth:`CompiledModel.export_library`.
+    devices : DeviceSet or list of str, optional
+        The devices to run on; by default the ones it was built for. Given ones must match the
+        built ones in number and kind.
+    """
+    tvm, relax = _import_tvm()
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ModelError(f"compiled model not found: {path}")
+    try:
+        module = tvm.runtime.load_module(path)
+    except Exception as err:
+        msg = _last_line(err)
+        if "loader of that name is not registered" in msg:
+            kind = msg.split("{", 1)[-1].split("}", 1)[0]
+            raise DeviceError(f"{path} contains {kind} code, but this TVM runtime cannot load "
+                              f"it ({kind} runtime absent: no driver or GPU here)") from None
+        raise ModelError(f"cannot load {path}: {msg}") from None
+    try:
+        probe = relax.VirtualMachine(module, [tvm.cpu(0)])
+        meta = json.loads(str(probe[META_FUNC]()))
+    except Exception:
+        raise ModelError(f"{path} is not an executable built by tvm_hetero") from None
+    if meta.get("format") != META_FORMAT or int(meta.get("version", 0)) > META_VERSION:
+        raise ModelError(f"{path}: unsupported executable format {meta.get('format')} "
+                         f"v{meta.get('version')}")
+    built = DeviceSet.from_json(meta["devices"])
+    if devices is None:
+        devices = built
+    else:
+        devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
+        _check_same_kinds(built, devices, path)
+    inputs = [InputSpec.from_json(s) for s in meta["inputs"]]
+    return CompiledModel(module, meta, devices, inputs, Placement(meta["placement"],
+                                                                  meta.get("model")))
+
+
+def _check_same_kinds(built: DeviceSet, given: DeviceSet, path: str) -> None:
+    if len(built) != len(given):
+        raise DeviceError(f"{path} was built for {len(built)} device(s) "
+                          f"({', '.join(built.names)}); {len(given)} given")
+    for want, got in zip(built, given):
+        if want.device_type != got.device_type or want.kind != got.kind:
+            raise DeviceError(f"{path} expects a {want.kind} device where {got.name!r} "
+                              f"({got.kind}) was given; built for {', '.join(built.names)}")
+
+
+def _match_inputs(inputs, specs: list[InputSpec]) -> list[np.ndarray]:
+    if isinstance(inputs, dict):
+        by_name = dict(inputs)
+        for spec in specs:  # accept the source (ONNX) names too
+            if spec.name not in by_name and spec.source_name in by_name:
+                by_name[spec.name] = by_name.pop(spec.source_name)
+        unknown = sorted(set(by_name) - {s.name for s in specs})
+        missing = [s.name for s in specs if s.name not in by_name]
+        if unknown or missing:
+            raise InputError(f"inputs do not match the model: missing {missing or 'none'}, "
+                             f"unknown {unknown or 'none'}; expected {[s.name for s in specs]}")
+        arrays = [by_name[s.name] for s in specs]
+    else:
+        arrays = list(inputs)
+        if len(arrays) != len(specs):
+            raise InputError(f"the model takes {len(specs)} input(s), {len(arrays)} given")
+    out = []
+    for spec, arr in zip(specs, arrays):
+        arr = np.asarray(arr)
+        if tuple(arr.shape) != spec.shape:
+            raise InputError(f"input {spec.name!r} has shape {tuple(arr.shape)}, the model "
+                             f"expects {spec.shape}")
+        if arr.dtype != np.dtype(spec.dtype):
+            raise InputError(f"input {spec.name!r} has dtype {arr.dtype}, the model expects "
+                             f"{spec.dtype}")
+        out.append(np.ascontiguousarray(arr))
+    return out
+
+
+def _to_numpy(value) -> list[np.ndarray]:
+    tvm, _ = _import_tvm()
+    if isinstance(value, tvm.runtime.Tensor):
+        return [value.numpy()]
+    if isinstance(value, (list, tuple)) or hasattr(value, "__len__"):
+        return [arr for item in value for arr in _to_numpy(item)]
+    raise BuildError(f"unexpected output of type {type(value).__name__}")
