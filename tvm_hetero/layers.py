@@ -210,6 +210,7 @@ def prepare(mod, target=None):
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
         _simplify_stack_sum_pass(),
+        relax.transform.CanonicalizeBindings(),  # aliases left by the rewrite block fusion
         relax.transform.FoldConstant(),
         relax.transform.DeadCodeElimination(),
     ])

@@ -1,0 +1,77 @@
+"""Helpers shared by the subcommands: argument types, output, the native-log guard."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+
+from ..errors import DeviceError, HeteroError, ModelError
+
+
+def add_device_args(parser, required: bool = True) -> None:
+    parser.add_argument(
+        "--device", "-d", action="append", dest="devices", required=required, metavar="DEVICE",
+        help="a device, repeatable; order = VM device order: cpu, cpu-generic, cuda, cuda:N, "
+             "cuda@sm_80, NAME=DEVICE or a JSON target dict")
+
+
+def add_model_args(parser) -> None:
+    parser.add_argument("model", help="zoo:NAME (zoo:mlp, zoo:cnn, zoo:resnet, zoo:transformer) "
+                                      "or a path to an .onnx file")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
+                        help="static shape for a dynamic model input, repeatable")
+
+
+def parse_input_shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for item in items:
+        name, _, dims = item.partition("=")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(","))
+            if not name or any(d <= 0 for d in shapes[name]):
+                raise ValueError
+        except ValueError:
+            raise ModelError(f"invalid --input-shape {item!r}: use NAME=1,3,224,224") from None
+    return shapes
+
+
+def load_cli_model(args):
+    from ..frontend import load_model
+
+    return load_model(args.model, input_shapes=parse_input_shapes(args.input_shape))
+
+
+def print_json(data) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+@contextlib.contextmanager
+def quiet_native_warnings(enabled: bool = True):
+    """Silence TVM's native warnings ("Scope Saving: ...") written straight to fd 2 while
+    exporting and loading executables; failures still arrive as exceptions."""
+    if not enabled:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def output_path(path: str) -> str:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise HeteroError(f"output directory does not exist: {directory}")
+    return path
+
+
+__all__ = ["DeviceError", "add_device_args", "add_model_args", "load_cli_model", "output_path",
+           "parse_input_shapes", "print_json", "quiet_native_warnings"]

@@ -1,0 +1,57 @@
+"""The `tvm-hetero` command line: thin subcommands over the Python API, one error boundary."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..errors import HeteroError
+from . import compile_cmd, inspect_cmd, run_cmd
+
+SUBCOMMANDS = [inspect_cmd, compile_cmd, run_cmd]
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tvm-hetero",
+        description="Place the layers of one neural network across several devices and build "
+                    "one executable with Apache TVM.")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more logging (-v info, -vv debug with tracebacks)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in SUBCOMMANDS:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except HeteroError as err:
+        if args.verbose >= 2:
+            logging.exception("user error")
+        print(f"Error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("Error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # a bug: one line by default, the traceback with -vv
+        if args.verbose >= 2:
+            raise
+        msg = str(err).strip().splitlines()[-1] if str(err).strip() else ""
+        print(f"Error: internal error {type(err).__name__}: {msg} (rerun with -vv for the "
+              "traceback, and please report it)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Helpers for tests, benchmarks and tutorials: the onnx package's real model graphs,
+onnxruntime references and random placements."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from .placement import Placement
+
+LIGHT_MODELS = ("bvlc_alexnet", "squeezenet", "resnet50", "vgg19", "zfnet512", "inception_v1",
+                "inception_v2", "densenet121", "shufflenet")
+
+
+def light_model_path(name: str) -> str:
+    """Path of a real model graph shipped by the onnx package (``light_NAME.onnx``)."""
+    import onnx
+
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
+                        f"light_{name}.onnx")
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    return path
+
+
+def light_model(name: str, seed: int = 0):
+    """A light model with random weights in place of its ConstantOfShape fills.
+
+    The onnx package ships these graphs with every weight a constant fill, which makes outputs
+    nearly input-independent; seeded random weights (He-scaled for conv and dense weights,
+    positive variances for batch norm) make a wrong placement show in the outputs.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(light_model_path(name))
+    rng = np.random.default_rng(seed)
+    inits = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    bn_var_inputs = {node.input[4] for node in model.graph.node
+                     if node.op_type == "BatchNormalization" and len(node.input) > 4}
+    nodes = []
+    for node in model.graph.node:
+        if node.op_type != "ConstantOfShape" or node.input[0] not in inits:
+            nodes.append(node)
+            continue
+        shape = tuple(int(d) for d in inits[node.input[0]])
+        out = node.output[0]
+        if out in bn_var_inputs:
+            data = rng.uniform(0.5, 1.5, shape)
+        elif len(shape) >= 2:
+            data = rng.standard_normal(shape) * (2.0 / max(int(np.prod(shape[1:])), 1)) ** 0.5
+        else:
+            data = rng.standard_normal(shape) * 0.1
+        model.graph.initializer.append(numpy_helper.from_array(data.astype(np.float32), out))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
+def onnx_reference(onnx_model, inputs: dict[str, np.ndarray], model=None) -> list[np.ndarray]:
+    """Outputs of onnxruntime (CPU) for the same inputs (keys: Relax or ONNX input names)."""
+    import onnxruntime as ort
+
+    if model is not None:
+        inputs = {spec.source_name or spec.name: inputs[spec.name] for spec in model.inputs}
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(onnx_model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)
+
+
+def random_placement(layers, device_names: list[str], rng: np.random.Generator) -> Placement:
+    """Each layer on a uniformly random device."""
+    return Placement({layer.name: str(rng.choice(device_names)) for layer in layers})
+
+
+def max_relative_error(got: list[np.ndarray], want: list[Any]) -> float:
+    """max |got - want| / (max |want| + eps), over all outputs."""
+    worst = 0.0
+    for a, b in zip(got, want):
+        b = np.asarray(b)
+        worst = max(worst, float(np.abs(a - b).max() / (np.abs(b).max() + 1e-12)))
+    return worst
