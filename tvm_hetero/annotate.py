@@ -3,7 +3,7 @@
 Runs on a *layered* module (see :func:`tvm_hetero.prepare`): every ``call_tir`` binding of
 ``main`` is a layer. For a placement ``{layer: device}`` it
 
-- registers one ``VDevice`` per device of the device set (global info ``"vdevice"``, in the
+- registers one ``VDevice`` per device the placement uses (global info ``"vdevice"``, in the
   device set's order: the VM's device order);
 - gives each layer's output type the layer's vdevice and its PrimFunc the device's target
   (a PrimFunc shared by layers on two devices is duplicated, one copy per target);
@@ -43,13 +43,13 @@ class _Rewrite:
         tvm, relax = _import_tvm()
         self.tvm, self.relax = tvm, relax
         self.mod = mod
-        self.devices = devices
         self.lift_weights = lift_weights
-        self.vdevices = [relax.VDevice(dev.tvm_target(), dev.device_id, "global")
-                         for dev in devices]
         self.classified = classify_bindings(mod)
         names = [info[1] for _, info in self.classified if info is not None]
         placement.validate(names, devices)
+        self.devices = devices = used_devices(placement, devices)
+        self.vdevices = [relax.VDevice(dev.tvm_target(), dev.device_id, "global")
+                         for dev in devices]
         self.layer_device = {info[1]: devices.index(placement[info[1]])
                              for _, info in self.classified if info is not None}
         # the callees' types come from the builder's module, which starts as a copy of `mod`
@@ -178,7 +178,7 @@ class _Rewrite:
         built = bb.get()
         functions = {gv: func for gv, func in built.functions_items()
                      if gv.name_hint not in ("main", "__hetero_main")}
-        functions[main_gv] = built["__hetero_main"]
+        functions[main_gv] = built["__hetero_main"].with_attr("global_symbol", "main")
         out = tvm.IRModule(functions, attrs=self.mod.attrs)
         out.update_global_info("vdevice", self.vdevices)
         return out
@@ -225,6 +225,15 @@ class _Rewrite:
             copies = [bb.emit(relax.op.to_vdevice(const, self.vdevices[device]))
                       for const, device in self.lifted]
             bb.emit_func_output(relax.Tuple(copies))
+
+
+def used_devices(placement, devices):
+    """The devices a placement uses, in device-set order: the module's vdevices and the VM's
+    device list (a device no layer uses is not part of the executable)."""
+    from .devices import DeviceSet
+
+    used = set(placement.assignment.values())
+    return DeviceSet([dev for dev in devices if dev.name in used])
 
 
 def _substitute(expr, var_map):

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .annotate import WEIGHTS_FUNC, AnnotateDevice
+from .annotate import WEIGHTS_FUNC, AnnotateDevice, used_devices
 from .devices import DeviceSet, host_target_dict
 from .errors import BuildError, DeviceError, InputError, ModelError
 from .frontend import InputSpec, Model, load_model
@@ -169,7 +169,8 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     placement : Placement or str
         ``{layer: device}``, or ``"all:DEVICE"``, or a placement JSON path.
     devices : DeviceSet or list of str
-        The devices; their order is the VM's device order.
+        The devices. The executable runs on those the placement uses, in this order (the VM's
+        device order; the model's constants are loaded onto the first).
     extra_passes : list of tvm.transform.Pass, optional
         Passes run after device annotation and scheduling, before VM lowering.
 
@@ -192,6 +193,7 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     if isinstance(placement, str):
         placement = Placement.parse(placement, layers)
     placement.validate(layers, devices)
+    devices = used_devices(placement, devices)
     stats.prepare_s = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -439,6 +441,8 @@ def load(path: str | os.PathLike, devices: DeviceSet | Sequence[str] | None = No
         devices = built
     else:
         devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
+        if set(built.names) <= set(devices.names):  # the same --device list as at compile
+            devices = DeviceSet([devices[name] for name in built.names])
         _check_same_kinds(built, devices, path)
     inputs = [InputSpec.from_json(s) for s in meta["inputs"]]
     return CompiledModel(module, meta, devices, inputs, Placement(meta["placement"],

@@ -23,3 +23,14 @@ class BuildError(HeteroError):
 
 class InputError(HeteroError):
     """Inputs given to a compiled model do not match its input signature."""
+
+
+def _register_with_tvm_ffi() -> None:
+    """Let these errors cross TVM's FFI (e.g. out of a pass) with their own type."""
+    import tvm_ffi
+
+    for cls in (HeteroError, ModelError, DeviceError, PlacementError, BuildError, InputError):
+        tvm_ffi.register_error(cls.__name__, cls)
+
+
+_register_with_tvm_ffi()

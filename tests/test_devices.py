@@ -1,0 +1,94 @@
+import json
+
+import pytest
+
+from tvm_hetero import DeviceError, DeviceSet, parse_device, parse_size
+from tvm_hetero.devices import DEFAULT_CUDA_ARCH, host_cpu_name
+
+
+def test_cpu_uses_the_llvm_host_cpu_never_native():
+    dev = parse_device("cpu")
+    assert dev.target["kind"] == "llvm"
+    assert dev.target["mcpu"] == host_cpu_name() != "native"
+    assert (dev.device_type, dev.device_id) == ("cpu", 0)
+
+
+def test_two_cpu_devices_get_distinct_runtime_ids_and_targets():
+    devices = DeviceSet.parse(["cpu", "cpu-generic"])
+    assert devices.names == ["cpu", "cpu-generic"]
+    assert [d.device_id for d in devices] == [0, 1]
+    assert devices["cpu-generic"].target["mcpu"] == "x86-64"
+    assert devices["cpu"].target != devices["cpu-generic"].target
+
+
+def test_cuda_without_gpu_takes_the_stated_default_arch_and_indices():
+    devices = DeviceSet.parse(["cpu", "cuda", "cuda:1", "big=cuda:2@sm_80"])
+    assert devices["cuda"].target == {"kind": "cuda", "arch": devices["cuda"].target["arch"]}
+    assert devices["cuda:1"].device_id == 1
+    assert devices["big"].target["arch"] == "sm_80"
+    assert devices["big"].device_id == 2
+    import tvm
+
+    if not (tvm.runtime.enabled("cuda") and tvm.cuda(0).exist):
+        assert devices["cuda"].target["arch"] == DEFAULT_CUDA_ARCH
+    # a CUDA target always has the host CPU as host
+    assert devices["cuda"].tvm_target().host.kind.name == "llvm"
+
+
+def test_json_dict_device_for_any_target():
+    dev = parse_device(json.dumps({"kind": "opencl", "name": "igpu"}))
+    assert dev.name == "igpu" and dev.device_type == "opencl" and dev.family == "other"
+    dev = parse_device('{"kind": "llvm", "mcpu": "haswell"}', cpu_ids=[0])
+    assert dev.device_id == 1 and dev.family == "cpu"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("gpu", "unknown device 'gpu'"),
+    ("cpu@sm_80", "only cuda takes an @arch"),
+    ("{not json", "not valid JSON"),
+    ('{"mcpu": "x"}', "must be an object with a \"kind\""),
+    ('{"kind": "nosuchkind"}', "unknown target kind"),
+    ('{"kind": "llvm", "mcpu": 3}', "invalid TVM target"),
+    ("bad name=cpu", "invalid device name"),
+])
+def test_bad_device_strings_say_what_is_wrong(text, message):
+    with pytest.raises(DeviceError, match=message):
+        parse_device(text)
+
+
+def test_device_set_rejects_duplicates():
+    with pytest.raises(DeviceError, match="unique"):
+        DeviceSet.parse(["cpu", "cpu"])
+    with pytest.raises(DeviceError, match="both use runtime device cpu"):
+        DeviceSet.parse(["cpu:0", "cpu-generic:0"])
+    with pytest.raises(DeviceError, match="at least one"):
+        DeviceSet([])
+
+
+def test_memory_sizes():
+    assert parse_size("64MiB") == 64 * 2**20
+    assert parse_size("1.5GB") == 1_500_000_000
+    assert parse_size("4096") == 4096
+    assert parse_size(7) == 7
+    for bad in ["12XB", "-1MiB", "MiB", ""]:
+        with pytest.raises(DeviceError, match="invalid memory size"):
+            parse_size(bad)
+
+
+def test_memory_caps_and_json_round_trip():
+    devices = DeviceSet.parse(["cpu", "cpu-generic"], memory={"cpu": "1MiB"})
+    assert devices["cpu"].memory_cap == 2**20 and devices["cpu-generic"].memory_cap is None
+    assert DeviceSet.from_json(devices.to_json()) == devices
+    with pytest.raises(DeviceError, match="unknown device"):
+        devices.with_memory_caps({"tpu": "1GiB"})
+
+
+def test_runtime_check_names_the_missing_device():
+    import tvm
+
+    devices = DeviceSet.parse(["cpu", "cuda"])
+    if tvm.runtime.enabled("cuda") and tvm.cuda(0).exist:
+        pytest.skip("a GPU is present")
+    with pytest.raises(DeviceError, match="device 'cuda' .* cannot run here"):
+        devices.check_runtime()
+    DeviceSet.parse(["cpu", "cpu-generic"]).check_runtime()
