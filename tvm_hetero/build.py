@@ -22,7 +22,7 @@ from .annotate import WEIGHTS_FUNC, AnnotateDevice, used_devices
 from .devices import DeviceSet, host_target_dict
 from .errors import BuildError, DeviceError, InputError, ModelError
 from .frontend import InputSpec, Model, load_model
-from .layers import extract_layers, is_layered, prepare
+from .layers import extract_layers, layered_module
 from .placement import Placement
 
 logger = logging.getLogger(__name__)
@@ -233,15 +233,6 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     logger.info("built %s for %s in %.2fs", model.name, ", ".join(devices.names), stats.total_s)
     return CompiledModel(executable, meta, devices, model.inputs, placement, libs=libs,
                          stats=stats)
-
-
-def layered_module(model: Model):
-    """The layered form of a model's module, computed once per Model."""
-    cached = getattr(model, "_layered", None)
-    if cached is None:
-        cached = model.mod if is_layered(model.mod) else prepare(model.mod)
-        model._layered = cached
-    return cached
 
 
 def _vdevice_index(vdevice, vdevices) -> int:

@@ -234,6 +234,15 @@ def prepare(mod, target=None):
     return mod
 
 
+def layered_module(model):
+    """The layered form of a :class:`~tvm_hetero.Model`'s module, computed once per model."""
+    cached = getattr(model, "_layered", None)
+    if cached is None:
+        cached = model.mod if is_layered(model.mod) else prepare(model.mod)
+        model._layered = cached
+    return cached
+
+
 def _called_op_names(func) -> list[str]:
     import tvm
     from tvm import relax
@@ -367,7 +376,7 @@ def extract_layers(mod) -> list[Layer]:
     from tvm import relax
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    mod = getattr(mod, "mod", mod)
+    mod = layered_module(mod) if hasattr(mod, "mod") else mod
     if not is_layered(mod):
         mod = prepare(mod)
     producers: dict[Any, list[str]] = {}  # var -> layers whose outputs it holds

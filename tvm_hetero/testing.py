@@ -56,6 +56,7 @@ def light_model(name: str, seed: int = 0):
         model.graph.initializer.append(numpy_helper.from_array(data.astype(np.float32), out))
     del model.graph.node[:]
     model.graph.node.extend(nodes)
+    model.ir_version = max(model.ir_version, 4)  # initializers need not be listed as inputs
     return model
 
 

@@ -31,9 +31,7 @@ def run(args) -> int:
     devices = DeviceSet.parse(args.devices)
     output_path(args.output)
     model = load_cli_model(args)
-    from ..build import layered_module
-
-    layers = extract_layers(layered_module(model))
+    layers = extract_layers(model)
     placement = Placement.parse(args.placement, layers)
     placement.model = placement.model or model.name
     compiled = build(model, placement, devices)

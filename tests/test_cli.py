@@ -1,0 +1,156 @@
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+import tvm_hetero as th
+from tvm_hetero.cli.main import main
+
+from conftest import run_cli, zoo
+
+
+def cli(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, err, pattern):
+    assert code != 0
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("Error: ") and "Traceback" not in err
+    assert pattern in lines[0], lines[0]
+
+
+def test_inspect_table_and_json(capsys):
+    code, out, _ = cli(capsys, "inspect", "zoo:cnn")
+    assert code == 0 and "conv2d_0" in out and "6 layers" in out
+    code, out, _ = cli(capsys, "inspect", "zoo:resnet", "--json")
+    data = json.loads(out)
+    assert data["model"] == "resnet" and data["inputs"][0]["shape"] == [1, 3, 32, 32]
+    layer = {l["name"]: l for l in data["layers"]}["conv2d_2"]
+    assert set(layer) >= {"name", "kind", "flops", "param_bytes", "predecessors"}
+    assert layer["kind"] == "conv2d" and set(layer["predecessors"]) == {"conv2d_0", "conv2d_1"}
+
+
+def test_compile_then_run_end_to_end(tmp_path, capsys):
+    layers = th.extract_layers(zoo("cnn"))
+    placement = th.Placement({l.name: ["cpu", "cpu-generic"][i % 2] for i, l in enumerate(layers)})
+    placement.save(tmp_path / "p.json", ["cpu", "cpu-generic"])
+    lib = tmp_path / "cnn.so"
+    code, out, err = cli(capsys, "compile", "zoo:cnn", "--device", "cpu", "--device",
+                         "cpu-generic", "--placement", str(tmp_path / "p.json"), "-o", str(lib))
+    assert code == 0, err
+    assert "cpu (3), cpu-generic (3)" in out and lib.exists()
+
+    inputs = zoo("cnn").random_inputs(seed=9)
+    np.savez(tmp_path / "in.npz", **inputs)
+    code, out, err = cli(capsys, "run", str(lib), "-d", "cpu", "-d", "cpu-generic", "--inputs",
+                         str(tmp_path / "in.npz"), "--output", str(tmp_path / "out.npz"),
+                         "--repeat", "3", "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    latency = summary["latency_ms"]
+    assert latency["repeat"] == 3 and 0 < latency["min"] <= latency["median"] <= latency["max"]
+    with np.load(tmp_path / "out.npz") as saved:
+        got = saved["output_0"]
+    want = th.build(zoo("cnn"), placement, ["cpu", "cpu-generic"]).run(inputs)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_all_shorthand_save_placement_and_random_inputs(tmp_path, capsys):
+    lib = tmp_path / "mlp.so"
+    code, out, err = cli(capsys, "compile", "zoo:mlp", "-d", "cpu", "-d", "cpu-generic",
+                         "-p", "all:cpu-generic", "-o", str(lib), "--save-placement",
+                         str(tmp_path / "p.json"), "--json")
+    assert code == 0, err
+    assert json.loads(out)["layers_per_device"] == {"cpu": 0, "cpu-generic": 3}
+    saved = th.Placement.load(tmp_path / "p.json")
+    assert set(saved.assignment.values()) == {"cpu-generic"}
+    code, out, err = cli(capsys, "run", str(lib), "--repeat", "2")
+    assert code == 0, err
+    assert "median" in out and "cpu-generic" in out
+
+
+def test_console_script_in_a_fresh_process(tmp_path):
+    result = run_cli("compile", "zoo:mlp", "-d", "cpu", "-p", "all:cpu", "-o",
+                     str(tmp_path / "m.so"))
+    assert result.returncode == 0, result.stderr
+    result = run_cli("run", str(tmp_path / "m.so"), "--json", "--repeat", "2")
+    assert result.returncode == 0, result.stderr
+    assert set(json.loads(result.stdout)["latency_ms"]) >= {"median", "min", "max"}
+    assert "Warning" not in result.stderr  # TVM's native export/load chatter is silenced
+
+
+def test_error_cases_are_one_line(tmp_path, capsys):
+    layers = [l.name for l in th.extract_layers(zoo("mlp"))]
+    out = str(tmp_path / "x.so")
+    base = ["compile", "zoo:mlp", "-d", "cpu", "-o", out, "-p"]
+
+    assert_one_line_error(*cli(capsys, "compile", "zoo:mlp", "-d", "gpu", "-p", "all:cpu",
+                               "-o", out)[::2], "unknown device 'gpu'")
+    (tmp_path / "unknown_layer.json").write_text(json.dumps(
+        {"placement": {**{n: "cpu" for n in layers}, "conv9": "cpu"}}))
+    assert_one_line_error(*cli(capsys, *base, str(tmp_path / "unknown_layer.json"))[::2],
+                          "unknown layer(s): conv9")
+    (tmp_path / "unknown_dev.json").write_text(json.dumps({n: "tpu" for n in layers}))
+    assert_one_line_error(*cli(capsys, *base, str(tmp_path / "unknown_dev.json"))[::2],
+                          "unknown device(s): tpu")
+    (tmp_path / "missing.json").write_text(json.dumps({layers[0]: "cpu"}))
+    assert_one_line_error(*cli(capsys, *base, str(tmp_path / "missing.json"))[::2],
+                          "missing 2 layer(s)")
+    (tmp_path / "broken.json").write_text("{not json")
+    assert_one_line_error(*cli(capsys, *base, str(tmp_path / "broken.json"))[::2],
+                          "not valid JSON")
+    assert_one_line_error(*cli(capsys, "inspect", str(tmp_path / "none.onnx"))[::2],
+                          "model file not found")
+    (tmp_path / "corrupt.onnx").write_bytes(b"\x08\x01garbage")
+    assert_one_line_error(*cli(capsys, "inspect", str(tmp_path / "corrupt.onnx"))[::2],
+                          "not a valid ONNX model")
+    assert_one_line_error(*cli(capsys, "run", str(tmp_path / "none.so"))[::2],
+                          "compiled model not found")
+    assert_one_line_error(*cli(capsys, "compile", "zoo:mlp", "-d", "cpu", "-p", "all:cpu",
+                               "-o", str(tmp_path / "no" / "dir.so"))[::2],
+                          "output directory does not exist")
+    assert not (tmp_path / "x.so").exists()
+
+
+def test_run_errors_one_line(tmp_path, capsys):
+    import tvm
+
+    lib = tmp_path / "mlp.so"
+    assert cli(capsys, "compile", "zoo:mlp", "-d", "cpu", "-p", "all:cpu", "-o", str(lib))[0] == 0
+    np.savez(tmp_path / "bad.npz", input=np.zeros((2, 2), np.float32))
+    assert_one_line_error(*cli(capsys, "run", str(lib), "--inputs",
+                               str(tmp_path / "bad.npz"))[::2], "has shape (2, 2)")
+    (tmp_path / "bad2.npz").write_bytes(b"not a zip")
+    assert_one_line_error(*cli(capsys, "run", str(lib), "--inputs",
+                               str(tmp_path / "bad2.npz"))[::2], "cannot read inputs")
+    assert_one_line_error(*cli(capsys, "run", str(lib), "-d", "cuda")[::2],
+                          "expects a llvm device where 'cuda' (cuda) was given")
+    assert_one_line_error(*cli(capsys, "run", str(lib), "-d", "a=cpu", "-d", "b=cpu-generic")[::2],
+                          "built for 1 device(s)")
+    if tvm.runtime.enabled("cuda") and tvm.cuda(0).exist:
+        return
+    cuda_lib = tmp_path / "mlp_cuda.so"
+    code, _, err = cli(capsys, "compile", "zoo:mlp", "-d", "cpu", "-d", "cuda", "-p", "all:cuda",
+                       "-o", str(cuda_lib))
+    assert code == 0, err  # compiling for CUDA works without a GPU
+    assert_one_line_error(*cli(capsys, "run", str(cuda_lib), "-d", "cpu", "-d", "cuda")[::2],
+                          "contains cuda code")
+
+
+def test_unsupported_op_names_the_op(tmp_path, capsys):
+    model = zoo("mlp").onnx_model
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    model.graph.node[1].op_type = "NoSuchOp"
+    onnx.save(model, tmp_path / "bad_op.onnx")
+    code, _, err = cli(capsys, "inspect", str(tmp_path / "bad_op.onnx"))
+    assert code != 0 and "NoSuchOp" in err and "Traceback" not in err
+
+
+def test_no_command_prints_help(capsys):
+    code, _, err = cli(capsys)
+    assert code == 2 and "usage: tvm-hetero" in err
