@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= out
 
-.PHONY: install demo test test-slow test-all benchmarks lint clean
+.PHONY: install demo test test-slow test-all tutorials benchmarks clean
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,12 @@ test-slow: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
+tutorials: $(STAMP)
+	$(BIN)/python -m pytest -q tests/test_tutorials.py
+
 benchmarks: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/placements.py
 
 clean:
 	rm -rf $(VENV) $(OUT) *.egg-info

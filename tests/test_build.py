@@ -204,3 +204,18 @@ def test_cpu_plus_cuda_runs_correctly_on_a_gpu():
         for _ in range(4):
             placement = random_placement(layers, devices.names, rng)
             check_outputs(th.build(model, placement, devices), model, inputs, reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["vgg19", "zfnet512", "inception_v1", "inception_v2",
+                                  "densenet121", "shufflenet"])
+def test_more_real_onnx_graphs(name, cpu_devices):
+    onnx_model = light_model(name)
+    model = th.load_model(onnx_model, name=name)
+    layers = th.extract_layers(model)
+    inputs = model.random_inputs(seed=2)
+    reference = onnx_reference(onnx_model, inputs, model)
+    rng = np.random.default_rng(8)
+    for _ in range(2):
+        placement = random_placement(layers, cpu_devices.names, rng)
+        check_outputs(th.build(model, placement, cpu_devices), model, inputs, reference)
