@@ -2,7 +2,6 @@ import json
 
 import numpy as np
 import onnx
-import pytest
 
 import tvm_hetero as th
 from tvm_hetero.cli.main import main

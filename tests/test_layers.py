@@ -2,7 +2,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 import tvm_hetero as th
 from tvm_hetero.layers import LAYER_KINDS, is_layered, prepare

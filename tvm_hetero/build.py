@@ -21,7 +21,7 @@ import numpy as np
 from .annotate import WEIGHTS_FUNC, AnnotateDevice, used_devices
 from .devices import DeviceSet, host_target_dict
 from .errors import BuildError, DeviceError, InputError, ModelError
-from .frontend import InputSpec, Model, load_model
+from .frontend import InputSpec, load_model
 from .layers import extract_layers, layered_module
 from .placement import Placement
 
@@ -201,7 +201,8 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     annotated = relax.transform.RealizeVDevice()(annotated)
     main = annotated["main"]
     vdevices = list(annotated.global_infos["vdevice"])
-    input_devices = [_vdevice_index(p.ty.vdevice, vdevices) for p in main.params[:len(model.inputs)]]
+    input_devices = [_vdevice_index(param.ty.vdevice, vdevices)
+                     for param in main.params[:len(model.inputs)]]
     num_weights = len(main.params) - len(model.inputs)
     meta = {
         "format": META_FORMAT, "version": META_VERSION, "tvm_version": tvm.__version__,
@@ -395,7 +396,8 @@ class CompiledModel:
                              number=number, min_repeat_ms=min_repeat_ms)
 
 
-def load(path: str | os.PathLike, devices: DeviceSet | Sequence[str] | None = None) -> CompiledModel:
+def load(path: str | os.PathLike,
+         devices: DeviceSet | Sequence[str] | None = None) -> CompiledModel:
     """Load an exported executable.
 
     Parameters
