@@ -40,9 +40,17 @@ def test_random_placements_match_single_device_and_onnxruntime(name, cpu_devices
         check_outputs(compiled, model, inputs, ort_out)
 
 
-@pytest.mark.parametrize("name, placements", [("bvlc_alexnet", 2), ("squeezenet", 3),
-                                              ("resnet50", 2)])
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name, placements", [
+    ("bvlc_alexnet", 2), ("squeezenet", 3), ("resnet50", 2),
+    *[pytest.param(name, 2, marks=SLOW) for name in
+      ["vgg19", "zfnet512", "inception_v1", "inception_v2", "densenet121", "shufflenet"]],
+])
 def test_real_onnx_graphs_random_placements(name, placements, cpu_devices):
+    """The onnx package's real graphs (seeded random weights), random placements, against
+    onnxruntime. AlexNet, SqueezeNet and ResNet-50 by default, the others with -m slow."""
     onnx_model = light_model(name)
     model = th.load_model(onnx_model, name=name)
     layers = th.extract_layers(model)
@@ -205,17 +213,3 @@ def test_cpu_plus_cuda_runs_correctly_on_a_gpu():
             placement = random_placement(layers, devices.names, rng)
             check_outputs(th.build(model, placement, devices), model, inputs, reference)
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["vgg19", "zfnet512", "inception_v1", "inception_v2",
-                                  "densenet121", "shufflenet"])
-def test_more_real_onnx_graphs(name, cpu_devices):
-    onnx_model = light_model(name)
-    model = th.load_model(onnx_model, name=name)
-    layers = th.extract_layers(model)
-    inputs = model.random_inputs(seed=2)
-    reference = onnx_reference(onnx_model, inputs, model)
-    rng = np.random.default_rng(8)
-    for _ in range(2):
-        placement = random_placement(layers, cpu_devices.names, rng)
-        check_outputs(th.build(model, placement, cpu_devices), model, inputs, reference)
