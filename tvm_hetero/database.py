@@ -1,0 +1,132 @@
+"""Tuning records: an append-only JSON-lines file, one measured candidate per line.
+
+Each line is self-contained::
+
+    {"format": "tvm_hetero.record", "version": 1, "tvm": "0.27.0.post1",
+     "model": "<model fingerprint>", "devices": "<device-set fingerprint>",
+     "placement": {"conv2d_0": "cpu", ...}, "result": {"error": "ok", "latencies_ms": [...]},
+     "time": "2026-11-29T21:00:00+00:00"}
+
+Every line is flushed and fsynced before ``commit`` returns, so an acknowledged record survives
+a killed process. On load, a line that does not parse (a writer killed mid-line) is skipped with
+a warning; records of another model, device set or TVM version are ignored with a notice.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+from typing import Iterator
+
+from .errors import HeteroError
+from .measure.result import MeasureResult
+from .placement import Placement
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "tvm_hetero.record"
+VERSION = 1
+
+
+def _tvm_version() -> str:
+    import tvm
+
+    return str(tvm.__version__)
+
+
+class Database:
+    """The records of one model on one device set, backed by a JSON-lines file.
+
+    Parameters
+    ----------
+    path : str
+        The records file; created when missing.
+    model_fingerprint, devices_fingerprint : str
+        Which records belong here (:meth:`Model.fingerprint`, :meth:`DeviceSet.fingerprint`).
+    """
+
+    def __init__(self, path: str, model_fingerprint: str, devices_fingerprint: str):
+        self.path = os.fspath(path)
+        self.model = model_fingerprint
+        self.devices = devices_fingerprint
+        self.tvm = _tvm_version()
+        self._records: dict[str, tuple[Placement, MeasureResult]] = {}
+        self.skipped_lines = 0
+        self.foreign_records = 0
+        self._load()
+
+    @staticmethod
+    def key(placement: Placement) -> str:
+        return json.dumps(placement.assignment, sort_keys=True)
+
+    def _load(self) -> None:
+        if not os.path.exists(self.path):
+            return
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                lines = handle.read().split("\n")
+        except (OSError, UnicodeDecodeError) as err:
+            raise HeteroError(f"cannot read records file {self.path}: {err}") from None
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                if data.get("format") != FORMAT:
+                    raise ValueError("not a tvm_hetero record")
+                if (data["model"], data["devices"], data["tvm"]) != \
+                        (self.model, self.devices, self.tvm):
+                    self.foreign_records += 1
+                    continue
+                placement = Placement.from_json(data["placement"], self.path)
+                result = MeasureResult.from_json(data["result"])
+            except (ValueError, KeyError, TypeError, HeteroError) as err:
+                self.skipped_lines += 1
+                logger.warning("%s:%d: skipping an unreadable record (%s)", self.path, number,
+                               "truncated" if number == len(lines) else err)
+                continue
+            self._records[self.key(placement)] = (placement, result)
+        if self.foreign_records:
+            logger.info("%s: ignored %d record(s) of another model, device set or TVM version",
+                        self.path, self.foreign_records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __contains__(self, placement: Placement) -> bool:
+        return self.key(placement) in self._records
+
+    def get(self, placement: Placement) -> MeasureResult | None:
+        found = self._records.get(self.key(placement))
+        return found[1] if found else None
+
+    def records(self) -> Iterator[tuple[Placement, MeasureResult]]:
+        return iter(list(self._records.values()))
+
+    def commit(self, placement: Placement, result: MeasureResult) -> None:
+        """Append one record; it is on disk (fsynced) when this returns."""
+        line = json.dumps({
+            "format": FORMAT, "version": VERSION, "tvm": self.tvm, "model": self.model,
+            "devices": self.devices, "placement": placement.assignment,
+            "result": result.to_json(),
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }, sort_keys=False)
+        directory = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(directory, exist_ok=True)
+        with open(self.path, "a+b") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() > 0:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":  # a previous writer died mid-line
+                    handle.write(b"\n")
+            handle.write(line.encode() + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        self._records[self.key(placement)] = (placement, result)
+
+    def best(self) -> tuple[Placement, MeasureResult] | None:
+        """The fastest valid record (verified outputs), or None."""
+        valid = [(p, r) for p, r in self._records.values() if r.ok]
+        return min(valid, key=lambda pr: pr[1].median_ms) if valid else None

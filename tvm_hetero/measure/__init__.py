@@ -1,0 +1,94 @@
+"""Measuring candidate placements: builders, runners, verification and the Measurer that ties
+them to the records. Failures are recorded with an error kind; the search goes on."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Iterable
+
+from ..memory import format_bytes, over_cap
+from ..placement import Placement
+from .builder import Builder, LocalBuilder, placement_key
+from .result import BuildResult, ErrorKind, MeasureResult
+from .runner import LocalRunner, Runner
+from .task import MeasureTask, outputs_match, relative_errors, tolerance_for
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BuildResult", "Builder", "ErrorKind", "LocalBuilder", "LocalRunner",
+           "MeasureResult", "MeasureTask", "Measurer", "Runner", "outputs_match",
+           "placement_key", "relative_errors", "tolerance_for"]
+
+
+class Measurer:
+    """Measures placements of one task: what the records already hold is returned, not
+    measured again; a placement over a memory cap is recorded as ``memory_exceeded`` without
+    being built; the rest are built in parallel and run one at a time, and every result is
+    committed to the records as soon as it exists.
+
+    Parameters
+    ----------
+    task : MeasureTask
+    builder : Builder, optional
+        Default :class:`LocalBuilder`.
+    runner : Runner, optional
+        Default :class:`LocalRunner`.
+    database : Database, optional
+        Where results go (and come from on resume).
+    keep_artifacts : bool
+        Keep each candidate's library under ``workdir/candidates`` (default: delete once run).
+    """
+
+    def __init__(self, task: MeasureTask, builder: Builder | None = None,
+                 runner: Runner | None = None, database=None, keep_artifacts: bool = False):
+        self.task = task
+        self.builder = builder or LocalBuilder()
+        self.runner = runner or LocalRunner()
+        self.database = database
+        self.keep_artifacts = keep_artifacts
+        self.measured = 0  # candidates built and run by this measurer
+
+    def measure(self, placements: Iterable[Placement]) -> list[MeasureResult]:
+        """Results for `placements`, in order."""
+        placements = list(placements)
+        results: dict[int, MeasureResult] = {}
+        todo: list[tuple[int, Placement]] = []
+        seen: dict[str, int] = {}
+        for index, placement in enumerate(placements):
+            placement.validate(self.task.layers, self.task.devices)
+            recorded = self.database.get(placement) if self.database is not None else None
+            key = placement_key(placement)
+            if recorded is not None:
+                results[index] = recorded
+            elif key in seen:  # the same candidate twice in one batch: measured once
+                continue
+            else:
+                seen[key] = index
+                exceeded = over_cap(self.task.layers, placement, self.task.devices)
+                if exceeded:
+                    message = "; ".join(f"{d} needs {format_bytes(n)} > cap {format_bytes(c)}"
+                                        for d, n, c in exceeded)
+                    results[index] = self._commit(placement, MeasureResult(
+                        ErrorKind.MEMORY_EXCEEDED, message=message))
+                else:
+                    todo.append((index, placement))
+        if todo:
+            builds = self.builder.build(self.task, [p for _, p in todo])
+            for (index, placement), build in zip(todo, builds):
+                (result,) = self.runner.run(self.task, [build])
+                results[index] = self._commit(placement, result)
+                self.measured += 1
+                if build.artifact and not self.keep_artifacts and os.path.exists(build.artifact):
+                    os.remove(build.artifact)
+        for index, placement in enumerate(placements):  # duplicates within the batch
+            if index not in results:
+                results[index] = results[seen[placement_key(placement)]]
+        return [results[i] for i in range(len(placements))]
+
+    def _commit(self, placement: Placement, result: MeasureResult) -> MeasureResult:
+        if self.database is not None:
+            self.database.commit(placement, result)
+        logger.info("measured %s: %s", placement_key(placement),
+                    f"{result.median_ms:.3f} ms" if result.ok else result.error.value)
+        return result

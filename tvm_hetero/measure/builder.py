@@ -1,0 +1,90 @@
+"""Builders: turn candidate placements into libraries, in parallel worker processes with a
+timeout. A failure becomes a BuildResult with its error kind, never an exception."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import logging
+import os
+import time
+from abc import ABC, abstractmethod
+
+from ..placement import Placement
+from . import worker
+from .result import BuildResult, ErrorKind
+from .task import MeasureTask
+
+logger = logging.getLogger(__name__)
+
+
+def placement_key(placement: Placement) -> str:
+    """A short stable hash of a placement (file names, record keys)."""
+    body = json.dumps(placement.assignment, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+class Builder(ABC):
+    """Builds candidate placements of a task into loadable libraries."""
+
+    @abstractmethod
+    def build(self, task: MeasureTask, placements: list[Placement]) -> list[BuildResult]:
+        """One BuildResult per placement, in order."""
+
+
+def _error_text(err: BaseException) -> str:
+    text = str(err).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:2000]
+
+
+class LocalBuilder(Builder):
+    """Builds in `n_parallel` worker processes (``tvm.support.popen_pool``), each build killed
+    after `timeout_s` seconds.
+
+    Parameters
+    ----------
+    n_parallel : int
+        Worker processes (default: the number of CPU cores).
+    timeout_s : float
+        Seconds one build may take (default 300).
+    """
+
+    def __init__(self, n_parallel: int | None = None, timeout_s: float = 300.0):
+        from ..devices import host_num_cores
+
+        self.n_parallel = n_parallel or host_num_cores()
+        self.timeout_s = timeout_s
+        self._pool = None
+
+    def _executor(self):
+        if self._pool is None:
+            from tvm.support.popen_pool import PopenPoolExecutor
+
+            self._pool = PopenPoolExecutor(max_workers=self.n_parallel, timeout=self.timeout_s)
+        return self._pool
+
+    def build(self, task: MeasureTask, placements: list[Placement]) -> list[BuildResult]:
+        out_dir = os.path.join(task.workdir, "candidates")
+        os.makedirs(out_dir, exist_ok=True)
+        pool = self._executor()
+        futures = []
+        for placement in placements:
+            path = os.path.join(out_dir, placement_key(placement) + ".so")
+            futures.append((path, time.perf_counter(), pool.submit(
+                worker.build_candidate, task.model_file, task.input_shapes,
+                task.devices.to_json(), placement.assignment, path)))
+        results = []
+        for path, start, future in futures:
+            try:
+                build_s = future.result()
+                results.append(BuildResult(path, build_s=build_s))
+            except TimeoutError:
+                results.append(BuildResult(None, ErrorKind.BUILD_TIMEOUT,
+                                           f"killed after {self.timeout_s:g} s",
+                                           time.perf_counter() - start))
+            except (concurrent.futures.CancelledError, Exception) as err:  # noqa: B014
+                results.append(BuildResult(None, ErrorKind.BUILD_ERROR, _error_text(err),
+                                           time.perf_counter() - start))
+        return results

@@ -1,0 +1,83 @@
+"""Runners: load each built library in an isolated worker process, verify its outputs against
+the reference, and time it. A crash, a hang or a wrong answer is a result, not an exception."""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+
+from . import worker
+from .builder import _error_text
+from .result import BuildResult, ErrorKind, MeasureResult
+from .task import MeasureTask
+
+logger = logging.getLogger(__name__)
+
+
+class Runner(ABC):
+    """Measures built candidates of a task."""
+
+    @abstractmethod
+    def run(self, task: MeasureTask, builds: list[BuildResult]) -> list[MeasureResult]:
+        """One MeasureResult per build, in order (failed builds pass their error through)."""
+
+
+class LocalRunner(Runner):
+    """Runs one candidate at a time (measurements must not overlap) in a worker process that
+    is killed after `timeout_s` and restarted after a crash.
+
+    Parameters
+    ----------
+    timeout_s : float
+        Seconds one candidate may take to load, check and time (default 120).
+    warmup, repeat : int
+        Untimed calls first, then timed measurements (defaults 2 and 5).
+    min_repeat_ms : float
+        Each measurement repeats the call until it lasts this long (default 50 ms).
+    """
+
+    def __init__(self, timeout_s: float = 120.0, warmup: int = 2, repeat: int = 5,
+                 min_repeat_ms: float = 50.0):
+        self.timeout_s = timeout_s
+        self.warmup = warmup
+        self.repeat = repeat
+        self.min_repeat_ms = min_repeat_ms
+        self._pool = None
+
+    def _executor(self):
+        if self._pool is None:
+            from tvm.support.popen_pool import PopenPoolExecutor
+
+            self._pool = PopenPoolExecutor(max_workers=1, timeout=self.timeout_s)
+        return self._pool
+
+    def run(self, task: MeasureTask, builds: list[BuildResult]) -> list[MeasureResult]:
+        return [self._run_one(task, build) for build in builds]
+
+    def _run_one(self, task: MeasureTask, build: BuildResult) -> MeasureResult:
+        if build.error != ErrorKind.NONE:
+            return MeasureResult(build.error, message=build.message, build_s=build.build_s)
+        start = time.perf_counter()
+        future = self._executor().submit(
+            worker.run_candidate, build.artifact, task.devices.to_json(), task.inputs_file,
+            task.reference_file, self.warmup, self.repeat, self.min_repeat_ms)
+        try:
+            out = future.result()
+        except TimeoutError:
+            return MeasureResult(ErrorKind.RUN_TIMEOUT, message=f"killed after {self.timeout_s:g} s",
+                                 build_s=build.build_s, run_s=time.perf_counter() - start)
+        except ChildProcessError as err:
+            return MeasureResult(ErrorKind.RUN_ERROR, message=f"worker crashed: {err}",
+                                 build_s=build.build_s, run_s=time.perf_counter() - start)
+        except Exception as err:  # any error inside the run is the candidate's result
+            return MeasureResult(ErrorKind.RUN_ERROR, message=_error_text(err),
+                                 build_s=build.build_s, run_s=time.perf_counter() - start)
+        run_s = time.perf_counter() - start
+        if not out["ok"]:
+            return MeasureResult(ErrorKind.WRONG_ANSWER, build_s=build.build_s, run_s=run_s,
+                                 max_error=out["max_error"],
+                                 message=f"outputs differ from the reference: relative error "
+                                         f"{out['max_error']:.3g}")
+        return MeasureResult(ErrorKind.NONE, out["latencies_ms"], build_s=build.build_s,
+                             run_s=run_s, max_error=out["max_error"])

@@ -1,0 +1,115 @@
+"""A measurement task: one model on one device set, with the fixed seeded inputs and the
+reference outputs that every candidate is verified against."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..devices import DeviceSet
+from ..frontend import Model, load_model
+from ..layers import Layer, extract_layers
+from ..placement import Placement
+
+logger = logging.getLogger(__name__)
+
+# Relative tolerance (to the largest reference magnitude) per output dtype
+TOLERANCE = {"float64": 1e-8, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
+
+
+def tolerance_for(dtype: str) -> float:
+    """Allowed relative error for outputs of `dtype`: 0 (exact) for integers and bools."""
+    return TOLERANCE.get(str(dtype), 0.0)
+
+
+def relative_errors(got: list[np.ndarray], want: list[np.ndarray]) -> list[float]:
+    """Per output: max |got - want| / max |want| (inf on a shape or dtype mismatch)."""
+    errors = []
+    for a, b in zip(got, want):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            errors.append(float("inf"))
+            continue
+        if a.size == 0:
+            errors.append(0.0)
+            continue
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        if not np.all(np.isfinite(diff)):
+            errors.append(float("inf"))
+            continue
+        errors.append(float(diff.max() / (np.abs(b).max() + 1e-30)))
+    if len(got) != len(want):
+        errors.append(float("inf"))
+    return errors
+
+
+def outputs_match(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[bool, float]:
+    """Whether outputs match the reference within the per-dtype tolerance; the worst error."""
+    errors = relative_errors(got, want)
+    ok = all(err <= tolerance_for(b.dtype) for err, b in zip(errors, want)) and \
+        len(got) == len(want)
+    return ok, max(errors) if errors else 0.0
+
+
+@dataclass
+class MeasureTask:
+    """What a builder and a runner need, written to `workdir` so worker processes can load it.
+
+    Attributes
+    ----------
+    model_file : str
+        The model as the workers load it (``model.onnx`` or ``model.json``, a Relax module).
+    inputs_file, reference_file : str
+        ``.npz`` of the seeded inputs and of the reference outputs (the model built on the
+        first device alone).
+    """
+
+    model: Model
+    devices: DeviceSet
+    workdir: str
+    layers: list[Layer]
+    model_file: str
+    input_shapes: dict[str, tuple[int, ...]]
+    inputs_file: str
+    reference_file: str
+    reference: list[np.ndarray] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, model: Any, devices: DeviceSet, workdir: str, seed: int = 0,
+               reference: list[np.ndarray] | None = None) -> "MeasureTask":
+        """Write the model, inputs and reference outputs under `workdir`."""
+        from ..build import build
+
+        model = load_model(model)
+        os.makedirs(workdir, exist_ok=True)
+        if model.onnx_model is not None:
+            import onnx
+
+            model_file = os.path.join(workdir, "model.onnx")
+            onnx.save(model.onnx_model, model_file)
+        else:
+            import tvm
+
+            model_file = os.path.join(workdir, "model.json")
+            with open(model_file, "w", encoding="utf-8") as handle:
+                handle.write(tvm.ir.save_json(model.mod))
+        input_shapes = {spec.source_name or spec.name: spec.shape for spec in model.inputs}
+        inputs = model.random_inputs(seed)
+        inputs_file = os.path.join(workdir, "inputs.npz")
+        np.savez(inputs_file, **inputs)
+        layers = extract_layers(model)
+        if reference is None:
+            first = devices[0].name
+            logger.info("computing reference outputs on %s", first)
+            reference = build(model, Placement.all_on(layers, first), devices).run(inputs)
+        reference_file = os.path.join(workdir, "reference.npz")
+        np.savez(reference_file, *reference)
+        return cls(model, devices, workdir, layers, model_file, input_shapes, inputs_file,
+                   reference_file, list(reference))
+
+    def load_inputs(self) -> dict[str, np.ndarray]:
+        with np.load(self.inputs_file, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}

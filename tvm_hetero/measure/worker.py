@@ -1,0 +1,67 @@
+"""Functions that run inside builder and runner worker processes (tvm.support.popen_pool).
+
+They take plain data (paths, JSON-able dicts) so that nothing but module-level functions
+crosses the process boundary; a model is loaded once per worker process and cached.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+_MODELS: dict[str, Any] = {}
+
+
+def _model(model_file: str, input_shapes: dict[str, tuple[int, ...]]):
+    if model_file not in _MODELS:
+        from ..frontend import load_model
+
+        if model_file.endswith(".json"):
+            import tvm
+
+            with open(model_file, encoding="utf-8") as handle:
+                source = tvm.ir.load_json(handle.read())
+            _MODELS[model_file] = load_model(source, name="model")
+        else:
+            _MODELS[model_file] = load_model(model_file, input_shapes=input_shapes)
+    return _MODELS[model_file]
+
+
+def build_candidate(model_file: str, input_shapes: dict, devices_json: list,
+                    placement: dict[str, str], out_path: str) -> float:
+    """Build one placement and export it to `out_path`; returns the build seconds."""
+    from ..build import build
+    from ..devices import DeviceSet
+    from ..placement import Placement
+
+    model = _model(model_file, input_shapes)
+    start = time.perf_counter()
+    compiled = build(model, Placement(placement), DeviceSet.from_json(devices_json))
+    tmp = out_path + ".partial.so"
+    compiled.export_library(tmp)
+    os.replace(tmp, out_path)
+    return time.perf_counter() - start
+
+
+def run_candidate(lib_path: str, devices_json: list, inputs_file: str, reference_file: str,
+                  warmup: int, repeat: int, min_repeat_ms: float) -> dict[str, Any]:
+    """Load a built library, check its outputs against the reference, time it."""
+    from ..build import load
+    from ..devices import DeviceSet
+    from .task import outputs_match
+
+    compiled = load(lib_path, DeviceSet.from_json(devices_json))
+    with np.load(inputs_file, allow_pickle=False) as data:
+        inputs = {key: data[key] for key in data.files}
+    with np.load(reference_file, allow_pickle=False) as data:
+        reference = [data[f"arr_{i}"] for i in range(len(data.files))]
+    outputs = compiled.run(inputs)
+    ok, max_error = outputs_match(outputs, reference)
+    if not ok:
+        return {"ok": False, "max_error": max_error, "latencies_ms": []}
+    latency = compiled.benchmark(inputs, warmup=warmup, repeat=repeat,
+                                 min_repeat_ms=min_repeat_ms)
+    return {"ok": True, "max_error": max_error, "latencies_ms": latency.results}
