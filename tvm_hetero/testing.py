@@ -85,3 +85,43 @@ def max_relative_error(got: list[np.ndarray], want: list[Any]) -> float:
         b = np.asarray(b)
         worst = max(worst, float(np.abs(a - b).max() / (np.abs(b).max() + 1e-12)))
     return worst
+
+
+class FakeBuilder:
+    """A builder that builds nothing (tests of search logic run in milliseconds). `fail` maps
+    placement keys (:func:`~tvm_hetero.measure.placement_key`) to the error kind to report."""
+
+    def __init__(self, fail: dict | None = None):
+        self.fail = fail or {}
+        self.built: list[Placement] = []
+
+    def build(self, task, placements):
+        from .measure import BuildResult, placement_key
+
+        del task
+        out = []
+        for placement in placements:
+            self.built.append(placement)
+            key = placement_key(placement)
+            if key in self.fail:
+                out.append(BuildResult(None, self.fail[key], "injected failure",
+                                       placement=placement))
+            else:
+                out.append(BuildResult("fake:" + key, placement=placement))
+        return out
+
+
+class FakeRunner:
+    """A runner whose latency is ``cost_ms(placement)``, e.g. a profile's estimate."""
+
+    def __init__(self, cost_ms):
+        self.cost_ms = cost_ms
+
+    def run(self, task, builds):
+        from .measure import ErrorKind, MeasureResult
+
+        del task
+        return [MeasureResult(build.error, message=build.message)
+                if build.error != ErrorKind.NONE
+                else MeasureResult(ErrorKind.NONE, [float(self.cost_ms(build.placement))])
+                for build in builds]

@@ -76,15 +76,15 @@ class LocalBuilder(Builder):
                 worker.build_candidate, task.model_file, task.input_shapes,
                 task.devices.to_json(), placement.assignment, path)))
         results = []
-        for path, start, future in futures:
+        for placement, (path, start, future) in zip(placements, futures):
             try:
                 build_s = future.result()
-                results.append(BuildResult(path, build_s=build_s))
+                results.append(BuildResult(path, build_s=build_s, placement=placement))
             except TimeoutError:
                 results.append(BuildResult(None, ErrorKind.BUILD_TIMEOUT,
                                            f"killed after {self.timeout_s:g} s",
-                                           time.perf_counter() - start))
+                                           time.perf_counter() - start, placement))
             except (concurrent.futures.CancelledError, Exception) as err:  # noqa: B014
                 results.append(BuildResult(None, ErrorKind.BUILD_ERROR, _error_text(err),
-                                           time.perf_counter() - start))
+                                           time.perf_counter() - start, placement))
         return results

@@ -30,6 +30,7 @@ class BuildResult:
     error: ErrorKind = ErrorKind.NONE
     message: str = ""
     build_s: float = 0.0
+    placement: Any = None  # the Placement it was built from
 
 
 @dataclass
