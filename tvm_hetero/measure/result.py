@@ -68,7 +68,7 @@ class MeasureResult:
         return float(np.std(self.latencies_ms)) if self.ok else float("nan")
 
     def to_json(self) -> dict[str, Any]:
-        out = {"error": self.error.value, "latencies_ms": [round(x, 6) for x in self.latencies_ms],
+        out = {"error": self.error.value, "latencies_ms": list(self.latencies_ms),
                "build_s": round(self.build_s, 4), "run_s": round(self.run_s, 4)}
         if self.message:
             out["message"] = self.message[:2000]
