@@ -153,3 +153,50 @@ def test_unsupported_op_names_the_op(tmp_path, capsys):
 def test_no_command_prints_help(capsys):
     code, _, err = cli(capsys)
     assert code == 2 and "usage: tvm-hetero" in err
+
+
+def test_devices_status_json(capsys):
+    code, out, err = cli(capsys, "devices", "-d", "cpu", "-d", "cpu-generic", "--memory",
+                         "cpu-generic=64MiB", "--model", "zoo:mlp", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    generic = {d["name"]: d for d in data["devices"]}["cpu-generic"]
+    assert generic["memory_bytes"] == 64 * 2**20 and generic["memory_is_cap"]
+    assert all(d["gflops"] > 0 and d["bandwidth_gbs"] > 0 for d in data["devices"])
+    # zoo:mlp has ~4 FLOP per parameter byte: memory weighs most
+    assert data["weights"]["memory"] > data["weights"]["compute"]
+    assert_one_line_error(*cli(capsys, "devices", "-d", "cpu", "--memory", "cpu")[::2],
+                          "invalid --memory")
+
+
+def test_compile_from_records_and_memory_caps(tmp_path, capsys):
+    from tvm_hetero.database import Database
+    from tvm_hetero.measure import ErrorKind, MeasureResult
+
+    model = zoo("mlp")
+    devices = th.DeviceSet.parse(["cpu", "cpu-generic"])
+    layers = th.extract_layers(model)
+    fast = th.Placement({l.name: "cpu-generic" for l in layers})
+    slow = th.Placement({l.name: "cpu" for l in layers})
+    wrong = th.Placement({layers[0].name: "cpu", layers[1].name: "cpu-generic",
+                          layers[2].name: "cpu"})
+    records = tmp_path / "r.jsonl"
+    db = Database(records, model.fingerprint(), devices.fingerprint())
+    db.commit(slow, MeasureResult(ErrorKind.NONE, [2.0]))
+    db.commit(fast, MeasureResult(ErrorKind.NONE, [1.0]))
+    db.commit(wrong, MeasureResult(ErrorKind.WRONG_ANSWER, message="x"))
+    lib = tmp_path / "m.so"
+    code, out, err = cli(capsys, "compile", "zoo:mlp", "-d", "cpu", "-d", "cpu-generic",
+                         "--records", str(records), "-o", str(lib), "--json")
+    assert code == 0, err
+    assert json.loads(out)["layers_per_device"] == {"cpu": 0, "cpu-generic": 3}
+    # records of another model are not used
+    assert_one_line_error(*cli(capsys, "compile", "zoo:cnn", "-d", "cpu", "-d", "cpu-generic",
+                               "--records", str(records), "-o", str(lib))[::2],
+                          "no usable record")
+    assert_one_line_error(*cli(capsys, "compile", "zoo:mlp", "-d", "cpu", "-d", "cpu-generic",
+                               "--memory", "cpu-generic=64KiB", "-p", "all:cpu-generic",
+                               "-o", str(lib))[::2], "exceeds memory caps")
+    assert_one_line_error(*cli(capsys, "compile", "zoo:mlp", "-d", "cpu", "--memory",
+                               "cpu=12XB", "-p", "all:cpu", "-o", str(lib))[::2],
+                          "invalid memory size")

@@ -14,21 +14,31 @@ The public API::
 ``tvm_hetero.prepare``).
 """
 
+from . import strategies
 from .annotate import AnnotateDevice
 from .build import CompiledModel, LatencySummary, build, load, time_function
+from .database import Database
 from .devices import Device, DeviceSet, parse_device, parse_size
 from .errors import (BuildError, DeviceError, HeteroError, InputError, ModelError,
                      PlacementError)
 from .frontend import InputSpec, Model, load_model
 from .layers import Layer, extract_layers, prepare
+from .measure import (ErrorKind, LocalBuilder, LocalRunner, MeasureResult, MeasureTask,
+                      Measurer)
+from .memory import memory_use, over_cap
 from .placement import Placement
+from .profiles import Profile, profile_model
+from .status import DeviceStatus, TaskWeights, probe
 from .zoo import ZOO, zoo_model
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AnnotateDevice", "BuildError", "CompiledModel", "Device", "DeviceError", "DeviceSet",
-    "HeteroError", "InputError", "InputSpec", "LatencySummary", "Layer", "Model", "ModelError",
-    "Placement", "PlacementError", "ZOO", "build", "extract_layers", "load", "load_model",
-    "parse_device", "parse_size", "prepare", "time_function", "zoo_model",
+    "AnnotateDevice", "BuildError", "CompiledModel", "Database", "Device", "DeviceError",
+    "DeviceSet", "DeviceStatus", "ErrorKind", "HeteroError", "InputError", "InputSpec",
+    "LatencySummary", "Layer", "LocalBuilder", "LocalRunner", "MeasureResult", "MeasureTask",
+    "Measurer", "Model", "ModelError", "Placement", "PlacementError", "Profile", "TaskWeights",
+    "ZOO", "build", "extract_layers", "load", "load_model", "memory_use", "over_cap",
+    "parse_device", "parse_size", "prepare", "probe", "profile_model", "strategies",
+    "time_function", "zoo_model",
 ]

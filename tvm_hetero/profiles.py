@@ -142,7 +142,8 @@ def time_kernel(lib, func, device: Device, repeat: int = 3, min_repeat_ms: int =
     return float(np.median(timer(*args).results)) * 1e3
 
 
-def measure_transfer(src: Device, dst: Device, sizes=TRANSFER_SIZES, repeat: int = 5) -> TransferFit:
+def measure_transfer(src: Device, dst: Device, sizes=TRANSFER_SIZES,
+                     repeat: int = 5) -> TransferFit:
     """Fit the copy cost from `src` to `dst` over several sizes."""
     import time
 

@@ -17,6 +17,28 @@ def add_device_args(parser, required: bool = True) -> None:
              "cuda@sm_80, NAME=DEVICE or a JSON target dict")
 
 
+def add_memory_args(parser) -> None:
+    parser.add_argument("--memory", "-m", action="append", default=[], metavar="DEVICE=SIZE",
+                        help="memory cap of a device, repeatable, e.g. cpu-generic=64MiB "
+                             "(default: no cap)")
+
+
+def parse_memory(items: list[str]) -> dict[str, str]:
+    caps = {}
+    for item in items:
+        name, sep, size = item.partition("=")
+        if not sep or not name or not size:
+            raise DeviceError(f"invalid --memory {item!r}: use DEVICE=SIZE, e.g. cpu=512MiB")
+        caps[name] = size
+    return caps
+
+
+def parse_devices(args):
+    from ..devices import DeviceSet
+
+    return DeviceSet.parse(args.devices, memory=parse_memory(getattr(args, "memory", [])))
+
+
 def add_model_args(parser) -> None:
     parser.add_argument("model", help="zoo:NAME (zoo:mlp, zoo:cnn, zoo:resnet, zoo:transformer) "
                                       "or a path to an .onnx file")
@@ -73,5 +95,6 @@ def output_path(path: str) -> str:
     return path
 
 
-__all__ = ["DeviceError", "add_device_args", "add_model_args", "load_cli_model", "output_path",
-           "parse_input_shapes", "print_json", "quiet_native_warnings"]
+__all__ = ["add_device_args", "add_memory_args", "add_model_args", "load_cli_model",
+           "output_path", "parse_devices", "parse_input_shapes", "parse_memory", "print_json",
+           "quiet_native_warnings"]

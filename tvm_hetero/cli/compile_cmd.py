@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .common import (add_device_args, add_model_args, load_cli_model, output_path, print_json,
-                     quiet_native_warnings)
+from ..errors import PlacementError
+from .common import (add_device_args, add_memory_args, add_model_args, load_cli_model,
+                     output_path, parse_devices, print_json, quiet_native_warnings)
 
 
 def register(subparsers) -> None:
@@ -13,8 +14,12 @@ def register(subparsers) -> None:
                     "across the devices.")
     add_model_args(parser)
     add_device_args(parser)
-    parser.add_argument("--placement", "-p", required=True, metavar="P",
+    add_memory_args(parser)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--placement", "-p", metavar="P",
                         help="a placement JSON file, or all:DEVICE to put every layer on one")
+    source.add_argument("--records", "-r", metavar="R.jsonl",
+                        help="tuning records: build the fastest verified placement in them")
     parser.add_argument("--output", "-o", required=True, help="the library to write (.so)")
     parser.add_argument("--save-placement", metavar="PATH",
                         help="also write the placement used as JSON (default: not written)")
@@ -24,16 +29,24 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from ..build import build
-    from ..devices import DeviceSet
     from ..layers import extract_layers
+    from ..memory import format_bytes, over_cap
     from ..placement import Placement
 
-    devices = DeviceSet.parse(args.devices)
+    devices = parse_devices(args)
     output_path(args.output)
     model = load_cli_model(args)
     layers = extract_layers(model)
-    placement = Placement.parse(args.placement, layers)
+    if args.records:
+        placement = best_record(args.records, model, devices)
+    else:
+        placement = Placement.parse(args.placement, layers)
     placement.model = placement.model or model.name
+    placement.validate(layers, devices)
+    exceeded = over_cap(layers, placement, devices)
+    if exceeded:
+        raise PlacementError("placement exceeds memory caps: " + "; ".join(
+            f"{d} needs {format_bytes(n)} > {format_bytes(c)}" for d, n, c in exceeded))
     compiled = build(model, placement, devices)
     with quiet_native_warnings():
         compiled.export_library(args.output)
@@ -50,3 +63,21 @@ def run(args) -> int:
               + ", ".join(f"{n} ({c})" for n, c in counts.items())
               + f", built in {compiled.stats.total_s:.2f}s")
     return 0
+
+
+def best_record(path: str, model, devices):
+    """The fastest verified placement in a records file, for this model and device set."""
+    import os
+
+    from ..database import Database
+
+    if not os.path.isfile(path):
+        raise PlacementError(f"records file not found: {path}")
+    database = Database(path, model.fingerprint(), devices.fingerprint())
+    best = database.best()
+    if best is None:
+        reason = (f"{database.foreign_records} record(s) are of another model, device set or "
+                  "TVM version" if database.foreign_records else "none of them is a verified "
+                  "measurement" if len(database) else "it holds no readable record")
+        raise PlacementError(f"no usable record in {path}: {reason}")
+    return best[0]

@@ -7,9 +7,9 @@ import logging
 import sys
 
 from ..errors import HeteroError
-from . import compile_cmd, inspect_cmd, run_cmd
+from . import compile_cmd, devices_cmd, inspect_cmd, run_cmd
 
-SUBCOMMANDS = [inspect_cmd, compile_cmd, run_cmd]
+SUBCOMMANDS = [inspect_cmd, devices_cmd, compile_cmd, run_cmd]
 
 
 def make_parser() -> argparse.ArgumentParser:

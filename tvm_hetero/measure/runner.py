@@ -65,7 +65,8 @@ class LocalRunner(Runner):
         try:
             out = future.result()
         except TimeoutError:
-            return MeasureResult(ErrorKind.RUN_TIMEOUT, message=f"killed after {self.timeout_s:g} s",
+            return MeasureResult(ErrorKind.RUN_TIMEOUT,
+                                 message=f"killed after {self.timeout_s:g} s",
                                  build_s=build.build_s, run_s=time.perf_counter() - start)
         except ChildProcessError as err:
             return MeasureResult(ErrorKind.RUN_ERROR, message=f"worker crashed: {err}",
