@@ -23,6 +23,8 @@ setup(
         # MetaSchedule needs these and the TVM wheel does not pull them in
         "psutil>=5.9",
         "cloudpickle>=3.0",
+        # tvm.rpc's tracker imports it and the TVM wheel does not pull it in
+        "tornado>=6",
         "ml_dtypes>=0.4",
     ],
     extras_require={

@@ -11,13 +11,14 @@ from ..memory import format_bytes, over_cap
 from ..placement import Placement
 from .builder import Builder, LocalBuilder, placement_key
 from .result import BuildResult, ErrorKind, MeasureResult
+from .rpc import RPCRunner
 from .runner import LocalRunner, Runner
 from .task import MeasureTask, outputs_match, relative_errors, tolerance_for
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["BuildResult", "Builder", "ErrorKind", "LocalBuilder", "LocalRunner",
-           "MeasureResult", "MeasureTask", "Measurer", "Runner", "outputs_match",
+           "MeasureResult", "MeasureTask", "Measurer", "RPCRunner", "Runner", "outputs_match",
            "placement_key", "relative_errors", "tolerance_for"]
 
 
