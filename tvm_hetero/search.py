@@ -1,0 +1,363 @@
+"""The search: find the fastest correct placement with few measurements.
+
+``tune`` measures seed candidates first (every device alone, the greedy placement, the min-cut
+for two devices or the DP for more), then, while the budget lasts:
+
+- below ``threshold`` measured samples it measures diverse feasible candidates (random
+  placements and mutations of the best so far) and would take the best measured (the second
+  seed's rule);
+- at or past the threshold it trains the XGBoost cost model on all measurements, ranks a large
+  pool (mutations of the top candidates, DP/local-search variants, random placements), measures
+  the top of the ranking plus a small share of random exploration, and retrains.
+
+Every candidate passes through the runner (verified outputs) and every result into the records;
+re-running with the same records measures nothing twice. Strategies, by name: ``xgb`` (the
+default), ``random``, ``greedy``, ``mincut``, ``best-of-samples`` (the seed's rule without a
+model), ``exhaustive`` (every feasible placement: small models, the ground truth).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from . import strategies as gen
+from .cost_model import Featurizer, XGBCostModel, XGBParams
+from .database import Database
+from .devices import DeviceSet
+from .errors import HeteroError, PlacementError
+from .frontend import load_model
+from .measure import LocalBuilder, LocalRunner, MeasureResult, MeasureTask, Measurer
+from .memory import fits
+from .placement import Placement
+from .profiles import profile_model
+from .status import TaskWeights, probe
+
+logger = logging.getLogger(__name__)
+
+STRATEGIES = ("xgb", "random", "greedy", "mincut", "best-of-samples", "exhaustive")
+DEFAULT_THRESHOLD = 16
+EXHAUSTIVE_LIMIT = 4096
+
+
+@dataclass
+class Trial:
+    """One evaluated candidate, in evaluation order."""
+
+    placement: Placement
+    result: MeasureResult
+    source: str  # which generator proposed it
+
+
+@dataclass
+class TuneResult:
+    """What a search found.
+
+    Attributes
+    ----------
+    placement : Placement or None
+        The fastest verified placement (None when no candidate ran correctly).
+    latency : MeasureResult or None
+    best_single : tuple of (device name, MeasureResult) or None
+        The fastest single-device placement measured.
+    history : list of float
+        Best verified latency so far after each trial (ms; inf before the first).
+    trials : list of Trial
+    measured : int
+        Candidates built and run by this call (the rest came from the records).
+    records : str
+        The records file.
+    """
+
+    placement: Placement | None
+    latency: MeasureResult | None
+    best_single: tuple[str, MeasureResult] | None
+    history: list[float]
+    trials: list[Trial]
+    measured: int
+    records: str
+    strategy: str
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float | None:
+        """Best single device's median over the found placement's median."""
+        if self.latency is None or self.best_single is None:
+            return None
+        return self.best_single[1].median_ms / self.latency.median_ms
+
+    def to_json(self) -> dict[str, Any]:
+        single = None
+        if self.best_single is not None:
+            single = {"device": self.best_single[0], "median_ms": self.best_single[1].median_ms}
+        return {
+            "strategy": self.strategy,
+            "placement": self.placement.assignment if self.placement else None,
+            "median_ms": self.latency.median_ms if self.latency else None,
+            "std_ms": self.latency.std_ms if self.latency else None,
+            "best_single_device": single,
+            "speedup": self.speedup,
+            "candidates": len(self.trials),
+            "measured": self.measured,
+            "failed": sum(1 for t in self.trials if not t.result.ok),
+            "history_ms": self.history,
+            "records": self.records,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+class _Search:
+    def __init__(self, task: MeasureTask, measurer: Measurer, profile, budget: int,
+                 time_budget_s: float | None, rng: np.random.Generator,
+                 callback: Callable[[Trial, float], None] | None):
+        self.task = task
+        self.layers = task.layers
+        self.devices = task.devices
+        self.measurer = measurer
+        self.profile = profile
+        self.budget = budget
+        self.deadline = time.monotonic() + time_budget_s if time_budget_s else None
+        self.rng = rng
+        self.callback = callback
+        self.trials: list[Trial] = []
+        self.history: list[float] = []
+        self.seen: set[Placement] = set()
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    @property
+    def left(self) -> int:
+        return self.budget - len(self.trials)
+
+    def out_of_budget(self) -> bool:
+        return self.left <= 0 or (self.deadline is not None and time.monotonic() > self.deadline)
+
+    @property
+    def best_ms(self) -> float:
+        return self.history[-1] if self.history else float("inf")
+
+    def best(self, k: int = 1) -> list[Trial]:
+        valid = sorted((t for t in self.trials if t.result.ok), key=lambda t: t.result.median_ms)
+        return valid[:k]
+
+    def evaluate(self, placements: list[Placement | None], source: str) -> None:
+        """Measure new, feasible, unseen candidates, within the budget."""
+        fresh = []
+        for placement in placements:
+            if placement is None or placement in self.seen:
+                continue
+            self.seen.add(placement)
+            fresh.append(placement)
+        fresh = fresh[:max(self.left, 0)]
+        if not fresh or self.out_of_budget():
+            return
+        for placement, result in zip(fresh, self.measurer.measure(fresh)):
+            trial = Trial(placement, result, source)
+            self.trials.append(trial)
+            best = min(self.best_ms, result.median_ms)
+            self.history.append(best)
+            if self.callback:
+                self.callback(trial, best)
+
+    # -- candidate sources ------------------------------------------------------------------
+    def seeds(self, which: tuple[str, ...]) -> None:
+        if "single" in which:
+            self.evaluate(gen.single_device(self.layers, self.devices), "single-device")
+        if "greedy" in which:
+            weights = TaskWeights.for_layers(self.layers)
+            try:
+                statuses = probe(self.devices, weights)
+                self.evaluate([gen.greedy(self.layers, self.devices, statuses, weights)],
+                              "greedy")
+            except PlacementError as err:
+                logger.info("greedy placement skipped: %s", err)
+        if "mincut" in which and self.profile is not None:
+            if len(self.devices) == 2:
+                self.evaluate([gen.min_cut(self.layers, self.devices, self.profile)], "min-cut")
+            self.evaluate([gen.dp_chain(self.layers, self.devices, self.profile)], "dp")
+
+    def diverse(self, count: int) -> list[Placement]:
+        """Random feasible placements and mutations of the best so far, half and half."""
+        out = []
+        parents = [t.placement for t in self.best(4)]
+        for i in range(count * 4):
+            if len(out) >= count:
+                break
+            if parents and i % 2:
+                candidate = gen.mutate(parents[i % len(parents)], self.layers, self.devices,
+                                       self.rng)
+            else:
+                candidate = gen.random_placement(self.layers, self.devices, self.rng)
+            if candidate is not None and candidate not in self.seen and candidate not in out:
+                out.append(candidate)
+        return out
+
+    def pool(self, size: int) -> list[Placement]:
+        """Candidates for the model to rank: mutations of the top, DP refinements, random."""
+        out: dict[Placement, None] = {}
+        top = [t.placement for t in self.best(8)]
+        for i in range(size * 3):
+            if len(out) >= size:
+                break
+            if top and i % 3 != 2:
+                candidate = gen.mutate(top[i % len(top)], self.layers, self.devices, self.rng)
+            else:
+                candidate = gen.random_placement(self.layers, self.devices, self.rng)
+            if candidate is not None and candidate not in self.seen:
+                out[candidate] = None
+        if self.profile is not None:
+            for parent in top[:2]:
+                refined = gen.local_search(parent, self.layers, self.devices, self.profile)
+                if refined not in self.seen:
+                    out[refined] = None
+        return list(out)
+
+
+def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
+         strategy: str = "xgb", records: str | None = None, workdir: str | None = None,
+         threshold: int = DEFAULT_THRESHOLD, batch_size: int = 8, explore: float = 0.125,
+         time_budget_s: float | None = None, early_stopping: int | None = None,
+         seed: int = 0, builder=None, runner=None, use_profile: bool = True,
+         cost_model_params: XGBParams | None = None,
+         callback: Callable[[Trial, float], None] | None = None) -> TuneResult:
+    """Search for the fastest correct placement of a model on devices.
+
+    Parameters
+    ----------
+    model : Model or anything :func:`load_model` accepts
+    devices : DeviceSet or list of str
+        The devices, with their memory caps.
+    trials : int
+        Candidates to evaluate at most (records of earlier runs count, unmeasured).
+    strategy : str
+        One of ``STRATEGIES``.
+    records : str, optional
+        The records file (default ``workdir/records.jsonl``); resumed when it exists.
+    workdir : str, optional
+        Where the task, profile and cost model are kept (default: a temporary directory).
+    threshold : int
+        Measured samples below which no model is trained (default 16).
+    batch_size : int
+        Candidates measured per round after the seeds (default 8).
+    explore : float
+        Share of each model-ranked batch drawn at random (default 1/8).
+    time_budget_s : float, optional
+        Stop starting new rounds after this many seconds.
+    early_stopping : int, optional
+        Stop when the best has not improved by 0.5 % in this many trials.
+    seed : int
+        Seeds the generators, the inputs and the model.
+    builder, runner : optional
+        Default :class:`LocalBuilder` and :class:`LocalRunner`.
+    use_profile : bool
+        Profile layers and copies (needed by the min-cut, the DP and two features).
+    callback : callable, optional
+        ``callback(trial, best_ms)`` after each trial (progress bars).
+
+    Returns
+    -------
+    TuneResult
+    """
+    if strategy not in STRATEGIES:
+        raise HeteroError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+    if trials < 1 or batch_size < 1 or threshold < 0 or not 0 <= explore <= 1:
+        raise HeteroError("trials and batch size must be >= 1, threshold >= 0, explore in [0, 1]")
+    start = time.monotonic()
+    model = load_model(model)
+    devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
+    workdir = workdir or tempfile.mkdtemp(prefix="tvm_hetero_tune_")
+    os.makedirs(workdir, exist_ok=True)
+    records = records or os.path.join(workdir, "records.jsonl")
+    task = MeasureTask.create(model, devices, workdir, seed=seed)
+    database = Database(records, model.fingerprint(), devices.fingerprint())
+    measurer = Measurer(task, builder or LocalBuilder(), runner or LocalRunner(), database)
+    profile = None
+    if use_profile and strategy in ("xgb", "mincut", "best-of-samples", "random"):
+        profile = profile_model(model, task.layers, devices, os.path.join(workdir,
+                                                                            "profile.json"))
+    search = _Search(task, measurer, profile, trials, time_budget_s,
+                     np.random.default_rng(seed), callback)
+    extra: dict[str, Any] = {}
+
+    if strategy == "exhaustive":
+        candidates = _all_feasible(task.layers, devices)
+        search.budget = max(trials, len(candidates))
+        search.evaluate(candidates, "exhaustive")
+    elif strategy == "greedy":
+        search.seeds(("single", "greedy"))
+    elif strategy == "mincut":
+        search.seeds(("single", "mincut"))
+    else:
+        search.seeds(("single", "greedy", "mincut") if strategy != "random" else ("single",))
+        model_ = XGBCostModel(cost_model_params or XGBParams(seed=seed))
+        featurize = Featurizer(task.layers, devices.names, profile)
+        last_improvement, best_seen = len(search.trials), search.best_ms
+        while not search.out_of_budget():
+            batch = min(batch_size, search.left)
+            measured = [t for t in search.trials if t.result.ok]
+            if strategy == "xgb" and len(measured) >= threshold:
+                model_.fit(featurize([t.placement for t in measured]),
+                           np.array([t.result.median_ms for t in measured]))
+                pool = search.pool(max(256, 16 * batch))
+                if not pool:
+                    break
+                scores = model_.predict(featurize(pool))
+                order = list(np.argsort(-scores))
+                n_explore = min(len(order), math.ceil(explore * batch)) if explore else 0
+                chosen = order[:batch - n_explore]
+                rest = order[batch - n_explore:]
+                if n_explore and rest:
+                    chosen += list(search.rng.choice(rest, size=min(n_explore, len(rest)),
+                                                     replace=False))
+                search.evaluate([pool[i] for i in chosen], "xgb")
+                extra["model_trained"] = model_.trained
+            else:
+                candidates = search.diverse(batch) if strategy != "random" else [
+                    gen.random_placement(task.layers, devices, search.rng)
+                    for _ in range(batch)]
+                if not [c for c in candidates if c is not None and c not in search.seen]:
+                    break  # the space is exhausted
+                search.evaluate(candidates, "random" if strategy == "random" else "samples")
+            if search.best_ms < best_seen * 0.995:
+                last_improvement, best_seen = len(search.trials), search.best_ms
+            if early_stopping and len(search.trials) - last_improvement >= early_stopping:
+                logger.info("early stop: no improvement in %d trials", early_stopping)
+                break
+        if strategy == "xgb":
+            model_.save(os.path.join(workdir, "cost_model.json"))
+            extra["cost_model"] = os.path.join(workdir, "cost_model.json")
+
+    best = search.best(1)
+    singles = [t for t in search.trials if t.source == "single-device" and t.result.ok]
+    if not singles:  # single-device placements from earlier sources (exhaustive) count too
+        singles = [t for t in search.trials if t.result.ok
+                   and len(t.placement.devices_used) == 1]
+    best_single = min(singles, key=lambda t: t.result.median_ms, default=None)
+    return TuneResult(
+        placement=best[0].placement if best else None,
+        latency=best[0].result if best else None,
+        best_single=(best_single.placement.devices_used[0], best_single.result)
+        if best_single else None,
+        history=search.history, trials=search.trials, measured=measurer.measured,
+        records=records, strategy=strategy, seconds=time.monotonic() - start, extra=extra)
+
+
+def _all_feasible(layers, devices: DeviceSet) -> list[Placement]:
+    count = len(devices) ** len(layers)
+    if count > EXHAUSTIVE_LIMIT:
+        raise HeteroError(f"exhaustive search over {count} placements is too large (limit "
+                          f"{EXHAUSTIVE_LIMIT}): use a smaller model or another strategy")
+    out = []
+    for combo in itertools.product(devices.names, repeat=len(layers)):
+        placement = Placement(dict(zip([layer.name for layer in layers], combo)))
+        if fits(layers, placement, devices):
+            out.append(placement)
+    return out
