@@ -2,6 +2,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 
 import tvm_hetero as th
 from tvm_hetero.cli.main import main
@@ -200,3 +201,36 @@ def test_compile_from_records_and_memory_caps(tmp_path, capsys):
     assert_one_line_error(*cli(capsys, "compile", "zoo:mlp", "-d", "cpu", "--memory",
                                "cpu=12XB", "-p", "all:cpu", "-o", str(lib))[::2],
                           "invalid memory size")
+
+
+def test_tune_json_then_compile_the_placement(tmp_path, capsys):
+    records = tmp_path / "r.jsonl"
+    placement = tmp_path / "best.json"
+    code, out, err = cli(capsys, "tune", "zoo:mlp", "-d", "cpu", "-d", "cpu-generic",
+                         "--memory", "cpu-generic=600KiB", "--trials", "5", "--records",
+                         str(records), "-o", str(placement), "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert set(summary) >= {"placement", "median_ms", "best_single_device", "measured",
+                            "candidates", "speedup"}
+    assert summary["candidates"] == 5 and summary["measured"] == 5
+    assert summary["best_single_device"]["device"] == "cpu"  # 1 MiB of weights > 600 KiB
+    assert summary["median_ms"] <= summary["best_single_device"]["median_ms"]
+    assert th.Placement.load(placement).assignment == summary["placement"]
+    code, out, err = cli(capsys, "compile", "zoo:mlp", "-d", "cpu", "-d", "cpu-generic",
+                         "--placement", str(placement), "-o", str(tmp_path / "m.so"))
+    assert code == 0, err
+    # the same records again: nothing is measured twice
+    code, out, err = cli(capsys, "tune", "zoo:mlp", "-d", "cpu", "-d", "cpu-generic",
+                         "--memory", "cpu-generic=600KiB", "--trials", "5", "--records",
+                         str(records), "-o", str(placement), "--json")
+    assert code == 0, err
+    assert json.loads(out)["measured"] == 0
+
+
+def test_usage_mistakes_are_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tune", "zoo:mlp", "-d", "cpu", "--strategy", "nope", "-r", "r", "-o", "o"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert_one_line_error(2, err, "invalid choice: 'nope'")

@@ -39,7 +39,7 @@ from .measure import LocalBuilder, LocalRunner, MeasureResult, MeasureTask, Meas
 from .memory import fits
 from .placement import Placement
 from .profiles import profile_model
-from .status import TaskWeights, probe
+from .status import TaskWeights, probe_cached
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +174,8 @@ class _Search:
         if "greedy" in which:
             weights = TaskWeights.for_layers(self.layers)
             try:
-                statuses = probe(self.devices, weights)
+                statuses = probe_cached(self.devices, weights,
+                                        os.path.join(self.task.workdir, "status.json"))
                 self.evaluate([gen.greedy(self.layers, self.devices, statuses, weights)],
                               "greedy")
             except PlacementError as err:
@@ -324,7 +325,8 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
                     gen.random_placement(task.layers, devices, search.rng)
                     for _ in range(batch)]
                 if not [c for c in candidates if c is not None and c not in search.seen]:
-                    break  # the space is exhausted
+                    extra["exhausted"] = True  # no unseen feasible candidate was found
+                    break
                 search.evaluate(candidates, "random" if strategy == "random" else "samples")
             if search.best_ms < best_seen * 0.995:
                 last_improvement, best_seen = len(search.trials), search.best_ms

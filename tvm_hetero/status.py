@@ -121,3 +121,27 @@ def score(statuses: list[DeviceStatus], weights: TaskWeights) -> None:
         status.score = (weights.compute * status.gflops / best["gflops"]
                         + weights.memory * status.memory_bytes / best["memory_bytes"]
                         + weights.bandwidth * status.bandwidth_gbs / best["bandwidth_gbs"])
+
+
+def probe_cached(devices: DeviceSet, weights: TaskWeights, path: str) -> list[DeviceStatus]:
+    """:func:`probe`, measured once per device set and kept in `path` (a search that resumes
+    must see the same statuses to propose the same candidates)."""
+    import json
+    import os
+
+    key = devices.fingerprint()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        if data.get("devices") == key:
+            statuses = [DeviceStatus(**s) for s in data["statuses"]]
+            score(statuses, weights)
+            return statuses
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    statuses = probe(devices, weights)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump({"devices": key, "statuses": [s.to_json() for s in statuses]}, handle)
+    os.replace(tmp, path)
+    return statuses

@@ -7,13 +7,20 @@ import logging
 import sys
 
 from ..errors import HeteroError
-from . import compile_cmd, devices_cmd, inspect_cmd, run_cmd
+from . import compile_cmd, devices_cmd, inspect_cmd, run_cmd, tune_cmd
 
-SUBCOMMANDS = [inspect_cmd, devices_cmd, compile_cmd, run_cmd]
+SUBCOMMANDS = [inspect_cmd, devices_cmd, tune_cmd, compile_cmd, run_cmd]
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes print one `Error: ...` line, like every other user error."""
+
+    def error(self, message):
+        self.exit(2, f"Error: {message} (see {self.prog} --help)\n")
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tvm-hetero",
         description="Place the layers of one neural network across several devices and build "
                     "one executable with Apache TVM.")

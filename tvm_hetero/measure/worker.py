@@ -6,11 +6,16 @@ crosses the process boundary; a model is loaded once per worker process and cach
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
 
 import numpy as np
+
+# TVM's worker entry point logs at INFO; the caller, not each worker, reports on builds
+logging.getLogger("tvm_hetero").setLevel(
+    os.environ.get("TVM_HETERO_WORKER_LOG_LEVEL", "WARNING").upper())
 
 _MODELS: dict[str, Any] = {}
 

@@ -1,0 +1,106 @@
+"""`tvm-hetero tune MODEL --device .. --records R.jsonl -o placement.json`."""
+
+from __future__ import annotations
+
+import sys
+
+from .common import (add_device_args, add_memory_args, add_model_args, load_cli_model,
+                     output_path, parse_devices, print_json)
+
+
+def register(subparsers) -> None:
+    from ..search import DEFAULT_THRESHOLD, STRATEGIES
+
+    parser = subparsers.add_parser(
+        "tune", help="search for the fastest correct placement",
+        description="Measure candidate placements (every output verified) and search for the "
+                    "fastest; below --threshold samples the best measured wins, past it an "
+                    "XGBoost cost model ranks the candidates.")
+    add_model_args(parser)
+    add_device_args(parser)
+    add_memory_args(parser)
+    parser.add_argument("--trials", "-n", type=int, default=64,
+                        help="candidates to evaluate at most (default: 64)")
+    parser.add_argument("--strategy", "-s", choices=STRATEGIES, default="xgb",
+                        help="search strategy (default: xgb)")
+    parser.add_argument("--threshold", type=int, default=DEFAULT_THRESHOLD,
+                        help=f"samples before the cost model is trained (default: "
+                             f"{DEFAULT_THRESHOLD})")
+    parser.add_argument("--batch-size", type=int, default=8,
+                        help="candidates per round (default: 8)")
+    parser.add_argument("--time-budget", type=float, metavar="SECONDS",
+                        help="stop starting rounds after this long (default: no limit)")
+    parser.add_argument("--early-stopping", type=int, metavar="N",
+                        help="stop after N trials without improvement (default: off)")
+    parser.add_argument("--records", "-r", required=True,
+                        help="records file (JSON lines); resumed when it exists")
+    parser.add_argument("--output", "-o", required=True, help="where to write the placement")
+    parser.add_argument("--workdir", help="task, profile and cost model files (default: a "
+                                          "directory beside the records)")
+    parser.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
+    parser.add_argument("--build-timeout", type=float, default=300,
+                        help="seconds per build (default: 300)")
+    parser.add_argument("--run-timeout", type=float, default=120,
+                        help="seconds per run (default: 120)")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import os
+
+    from tqdm import tqdm
+
+    from ..measure import LocalBuilder, LocalRunner
+    from ..search import tune
+
+    devices = parse_devices(args)
+    output_path(args.output)
+    output_path(args.records)
+    model = load_cli_model(args)
+    workdir = args.workdir or os.path.splitext(os.path.abspath(args.records))[0] + ".work"
+    bar = tqdm(total=args.trials, desc="tune", unit="cand", disable=None, file=sys.stderr,
+               dynamic_ncols=True)
+
+    def progress(trial, best_ms):
+        now = f"{trial.result.median_ms:.3f} ms" if trial.result.ok else trial.result.error.value
+        bar.set_postfix_str(f"current {now}, best {best_ms:.3f} ms", refresh=False)
+        bar.update(1)
+
+    try:
+        result = tune(model, devices, trials=args.trials, strategy=args.strategy,
+                      records=args.records, workdir=workdir, threshold=args.threshold,
+                      batch_size=args.batch_size, time_budget_s=args.time_budget,
+                      early_stopping=args.early_stopping, seed=args.seed,
+                      builder=LocalBuilder(timeout_s=args.build_timeout),
+                      runner=LocalRunner(timeout_s=args.run_timeout), callback=progress)
+    finally:
+        bar.close()
+    if result.placement is None:
+        from ..errors import HeteroError
+
+        raise HeteroError(f"no candidate ran correctly ({len(result.trials)} tried); see "
+                          f"{args.records}")
+    result.placement.model = model.name
+    result.placement.meta = {"median_ms": result.latency.median_ms}
+    result.placement.save(args.output, devices)
+    summary = result.to_json()
+    summary["output"] = args.output
+    if args.json:
+        print_json(summary)
+        return 0
+    counts = ", ".join(f"{name} {sum(1 for v in result.placement.assignment.values() if v == name)}"
+                       for name in devices.names)
+    print(f"best placement: {result.latency.median_ms:.3f} ms (layers: {counts})")
+    if result.best_single:
+        device, single = result.best_single
+        print(f"best single device: {device} {single.median_ms:.3f} ms; speedup "
+              f"{result.speedup:.2f}x")
+    else:
+        print("no single device fits or runs the model alone")
+    failed = sum(1 for t in result.trials if not t.result.ok)
+    print(f"{len(result.trials)} candidates ({result.measured} measured now, {failed} failed) "
+          f"in {result.seconds:.1f} s; records {args.records}; placement {args.output}")
+    if result.extra.get("exhausted"):
+        print("the search found no unseen feasible placement: the space is exhausted")
+    return 0
