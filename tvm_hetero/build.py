@@ -118,8 +118,38 @@ def _add_meta_function(mod, meta: dict[str, Any]):
     return out
 
 
-def _link_per_target(mod, host_target):
-    """VM codegen, then one ``tirx.build`` per distinct target, linked into one executable."""
+class KernelCache:
+    """Compiled kernels by (name, structure, target), shared by the builds of one process.
+
+    Candidates of one model differ only in their placement: a layer's kernel for a given
+    target is the same in every candidate, so a search compiles it once. Entries are whole
+    runtime modules, linked into each executable that needs them.
+    """
+
+    def __init__(self):
+        self._modules: dict[tuple[str, int, str], Any] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, gv, func, target):
+        import tvm
+        import tvm_ffi
+
+        key = (gv.name_hint, int(tvm_ffi.structural_hash(func)), str(target))
+        if key not in self._modules:
+            self.misses += 1
+            self._modules[key] = tvm.tirx.build(tvm.IRModule({gv: func}), target=target)
+        else:
+            self.hits += 1
+        return self._modules[key]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+
+def _link_per_target(mod, host_target, kernel_cache: KernelCache | None = None):
+    """VM codegen, then one ``tirx.build`` per distinct target (or one per kernel, through
+    `kernel_cache`), linked into one executable."""
     tvm, relax = _import_tvm()
     from tvm.relax import _ffi_api as relax_ffi
     from tvm.relax.vm_build import VMExecutable, _vmcodegen
@@ -135,13 +165,37 @@ def _link_per_target(mod, host_target):
                 func = func.with_attr("target", target)
             groups.setdefault(str(target), (target, {}))[1][gv] = func
     libs: dict[str, Any] = {}
+    modules: list[tuple[bool, Any]] = []  # (is llvm, module)
     for key, (target, funcs) in groups.items():
-        libs[key] = tvm.tirx.build(tvm.IRModule(funcs, attrs=leftover.attrs), target=target)
-    ordered = sorted(libs.items(), key=lambda kv: groups[kv[0]][0].kind.name != "llvm")
-    root = ordered[0][1] if ordered else None
-    for _, lib in ordered[1:]:
-        root.import_module(lib)
+        is_llvm = target.kind.name == "llvm"
+        if kernel_cache is None:
+            libs[key] = tvm.tirx.build(tvm.IRModule(funcs, attrs=leftover.attrs), target=target)
+            modules.append((is_llvm, libs[key]))
+        else:
+            modules += [(is_llvm, kernel_cache.get(gv, func, target))
+                        for gv, func in funcs.items()]
+    if kernel_cache is None:
+        modules.sort(key=lambda entry: not entry[0])  # an LLVM module is the root
+        root, rest = (modules[0][1], modules[1:]) if modules else (None, [])
+    else:  # cached modules are shared between builds: import them into a fresh root
+        root, rest = _empty_module(host_target), modules
+    for _, module in rest:
+        root.import_module(module)
     return VMExecutable(relax_ffi.VMLink(builder, None, root, [], {})), libs
+
+
+def _empty_module(host_target):
+    """A fresh host module holding one no-op function: the root that kernels are imported into."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def hetero_root():
+        T.func_attr({"global_symbol": "__tvm_hetero_root"})
+        T.evaluate(0)
+
+    return tvm.tirx.build(tvm.IRModule({"__tvm_hetero_root": hetero_root}),
+                          target=host_target)
 
 
 @dataclass
@@ -159,7 +213,8 @@ class BuildStats:
 
 
 def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[str],
-          *, extra_passes: Sequence | None = None) -> "CompiledModel":
+          *, extra_passes: Sequence | None = None,
+          kernel_cache: KernelCache | None = None) -> "CompiledModel":
     """Build a model with its layers placed on devices into one executable.
 
     Parameters
@@ -173,6 +228,9 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
         device order; the model's constants are loaded onto the first).
     extra_passes : list of tvm.transform.Pass, optional
         Passes run after device annotation and scheduling, before VM lowering.
+    kernel_cache : KernelCache, optional
+        Reuse kernels compiled by earlier builds (a search's builder passes one); the per-target
+        libraries (``CompiledModel.libs``) are then not assembled.
 
     Returns
     -------
@@ -227,7 +285,7 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
 
     start = time.perf_counter()
     try:
-        executable, libs = _link_per_target(lowered, host)
+        executable, libs = _link_per_target(lowered, host, kernel_cache)
     except Exception as err:
         raise BuildError(f"code generation failed: {_last_line(err)}") from err
     stats.codegen_s = time.perf_counter() - start

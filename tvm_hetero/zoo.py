@@ -106,6 +106,22 @@ def cnn(batch: int = 1, seed: int = 0):
     return g.model("cnn", (batch, 3, 32, 32), (batch, 10))
 
 
+def vgg(batch: int = 1, seed: int = 0):
+    """Small VGG-style CNN: two blocks of two 3x3 convolutions and a max-pool, two dense
+    layers (9 layers: small enough for exhaustive search on two devices)."""
+    g = _GraphBuilder(seed)
+    x, cin = "input", 3
+    for cout in (16, 32):
+        x = g.conv(x, cin, cout, 3)
+        x = g.conv(x, cout, cout, 3)
+        x = g.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+        cin = cout
+    x = g.op("Flatten", [x], axis=1)
+    x = g.op("Relu", [g.dense(x, 32 * 8 * 8, 128)])
+    x = g.dense(x, 128, 10)
+    return g.model("vgg", (batch, 3, 32, 32), (batch, 10))
+
+
 def resnet(batch: int = 1, seed: int = 0):
     """Residual CNN: a stem, three residual blocks (one with a strided 1x1 projection), two
     parallel 1x1 branches joined by a Concat, global average pooling and a dense head."""
@@ -163,6 +179,7 @@ def transformer(batch: int = 1, seq: int = 16, dim: int = 64, heads: int = 4, se
 ZOO: dict[str, Callable] = {
     "mlp": mlp,
     "cnn": cnn,
+    "vgg": vgg,
     "resnet": resnet,
     "transformer": transformer,
 }
@@ -170,7 +187,8 @@ DEFAULT_MODEL = "zoo:mlp"
 
 
 def zoo_model(name: str):
-    """The ONNX model of zoo entry `name` (``mlp``, ``cnn``, ``resnet``, ``transformer``)."""
+    """The ONNX model of zoo entry `name` (``mlp``, ``cnn``, ``vgg``, ``resnet``,
+    ``transformer``)."""
     from .errors import ModelError
 
     if name not in ZOO:

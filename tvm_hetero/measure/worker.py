@@ -18,6 +18,7 @@ logging.getLogger("tvm_hetero").setLevel(
     os.environ.get("TVM_HETERO_WORKER_LOG_LEVEL", "WARNING").upper())
 
 _MODELS: dict[str, Any] = {}
+_KERNELS: dict[str, Any] = {}  # model file -> KernelCache: kernels reused across candidates
 
 
 def _model(model_file: str, input_shapes: dict[str, tuple[int, ...]]):
@@ -38,13 +39,15 @@ def _model(model_file: str, input_shapes: dict[str, tuple[int, ...]]):
 def build_candidate(model_file: str, input_shapes: dict, devices_json: list,
                     placement: dict[str, str], out_path: str) -> float:
     """Build one placement and export it to `out_path`; returns the build seconds."""
-    from ..build import build
+    from ..build import KernelCache, build
     from ..devices import DeviceSet
     from ..placement import Placement
 
     model = _model(model_file, input_shapes)
+    kernels = _KERNELS.setdefault(model_file, KernelCache())
     start = time.perf_counter()
-    compiled = build(model, Placement(placement), DeviceSet.from_json(devices_json))
+    compiled = build(model, Placement(placement), DeviceSet.from_json(devices_json),
+                     kernel_cache=kernels)
     tmp = out_path + ".partial.so"
     compiled.export_library(tmp)
     os.replace(tmp, out_path)
