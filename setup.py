@@ -28,7 +28,7 @@ setup(
         "ml_dtypes>=0.4",
     ],
     extras_require={
-        "test": ["pytest>=8", "onnxruntime>=1.18"],
+        "test": ["pytest>=8", "onnxruntime>=1.18", "hypothesis>=6"],
         "torch": ["torch==2.13.0"],
     },
     entry_points={"console_scripts": ["tvm-hetero=tvm_hetero.cli.main:main"]},
