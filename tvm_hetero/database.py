@@ -5,7 +5,9 @@ Each line is self-contained::
     {"format": "tvm_hetero.record", "version": 1, "tvm": "0.27.0.post1",
      "model": "<model fingerprint>", "devices": "<device-set fingerprint>",
      "placement": {"conv2d_0": "cpu", ...}, "result": {"error": "ok", "latencies_ms": [...]},
-     "time": "2026-11-29T21:00:00+00:00"}
+     "time": "2026-11-29T21:00:00+00:00", "tags": {"strategy": "xgb", "source": "xgb"}}
+
+``tags`` is optional (who proposed the candidate).
 
 Every line is flushed and fsynced before ``commit`` returns, so an acknowledged record survives
 a killed process. On load, a line that does not parse (a writer killed mid-line) is skipped with
@@ -53,6 +55,7 @@ class Database:
         self.devices = devices_fingerprint
         self.tvm = _tvm_version()
         self._records: dict[str, tuple[Placement, MeasureResult]] = {}
+        self._tags: dict[str, dict] = {}  # placement key -> tags of its record
         self.skipped_lines = 0
         self.foreign_records = 0
         self._load()
@@ -88,6 +91,7 @@ class Database:
                                "truncated" if number == len(lines) else err)
                 continue
             self._records[self.key(placement)] = (placement, result)
+            self._tags[self.key(placement)] = dict(data.get("tags") or {})
         if self.foreign_records:
             logger.info("%s: ignored %d record(s) of another model, device set or TVM version",
                         self.path, self.foreign_records)
@@ -105,14 +109,22 @@ class Database:
     def records(self) -> Iterator[tuple[Placement, MeasureResult]]:
         return iter(list(self._records.values()))
 
-    def commit(self, placement: Placement, result: MeasureResult) -> None:
+    def tags(self, placement: Placement) -> dict:
+        """The tags committed with a placement's record (e.g. the strategy that proposed it)."""
+        return dict(self._tags.get(self.key(placement), {}))
+
+    def commit(self, placement: Placement, result: MeasureResult,
+               tags: dict | None = None) -> None:
         """Append one record; it is on disk (fsynced) when this returns."""
-        line = json.dumps({
+        record = {
             "format": FORMAT, "version": VERSION, "tvm": self.tvm, "model": self.model,
             "devices": self.devices, "placement": placement.assignment,
             "result": result.to_json(),
             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        }, sort_keys=False)
+        }
+        if tags:
+            record["tags"] = tags
+        line = json.dumps(record, sort_keys=False)
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
         with open(self.path, "a+b") as handle:
@@ -125,6 +137,7 @@ class Database:
             handle.flush()
             os.fsync(handle.fileno())
         self._records[self.key(placement)] = (placement, result)
+        self._tags[self.key(placement)] = dict(tags or {})
 
     def best(self) -> tuple[Placement, MeasureResult] | None:
         """The fastest valid record (verified outputs), or None."""

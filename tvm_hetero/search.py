@@ -118,8 +118,9 @@ class TuneResult:
 class _Search:
     def __init__(self, task: MeasureTask, measurer: Measurer, profile, budget: int,
                  time_budget_s: float | None, rng: np.random.Generator,
-                 callback: Callable[[Trial, float], None] | None):
+                 callback: Callable[[Trial, float], None] | None, strategy: str):
         self.task = task
+        self.strategy = strategy
         self.layers = task.layers
         self.devices = task.devices
         self.measurer = measurer
@@ -159,7 +160,8 @@ class _Search:
         fresh = fresh[:max(self.left, 0)]
         if not fresh or self.out_of_budget():
             return
-        for placement, result in zip(fresh, self.measurer.measure(fresh)):
+        tags = {"strategy": self.strategy, "source": source}
+        for placement, result in zip(fresh, self.measurer.measure(fresh, tags)):
             trial = Trial(placement, result, source)
             self.trials.append(trial)
             best = min(self.best_ms, result.median_ms)
@@ -285,7 +287,7 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
         profile = profile_model(model, task.layers, devices, os.path.join(workdir,
                                                                             "profile.json"))
     search = _Search(task, measurer, profile, trials, time_budget_s,
-                     np.random.default_rng(seed), callback)
+                     np.random.default_rng(seed), callback, strategy)
     extra: dict[str, Any] = {}
 
     if strategy == "exhaustive":

@@ -50,8 +50,9 @@ class Measurer:
         self.keep_artifacts = keep_artifacts
         self.measured = 0  # candidates built and run by this measurer
 
-    def measure(self, placements: Iterable[Placement]) -> list[MeasureResult]:
-        """Results for `placements`, in order."""
+    def measure(self, placements: Iterable[Placement],
+                tags: dict | None = None) -> list[MeasureResult]:
+        """Results for `placements`, in order; `tags` go into their new records."""
         placements = list(placements)
         results: dict[int, MeasureResult] = {}
         todo: list[tuple[int, Placement]] = []
@@ -71,14 +72,14 @@ class Measurer:
                     message = "; ".join(f"{d} needs {format_bytes(n)} > cap {format_bytes(c)}"
                                         for d, n, c in exceeded)
                     results[index] = self._commit(placement, MeasureResult(
-                        ErrorKind.MEMORY_EXCEEDED, message=message))
+                        ErrorKind.MEMORY_EXCEEDED, message=message), tags)
                 else:
                     todo.append((index, placement))
         if todo:
             builds = self.builder.build(self.task, [p for _, p in todo])
             for (index, placement), build in zip(todo, builds):
                 (result,) = self.runner.run(self.task, [build])
-                results[index] = self._commit(placement, result)
+                results[index] = self._commit(placement, result, tags)
                 self.measured += 1
                 if build.artifact and not self.keep_artifacts and os.path.exists(build.artifact):
                     os.remove(build.artifact)
@@ -87,9 +88,10 @@ class Measurer:
                 results[index] = results[seen[placement_key(placement)]]
         return [results[i] for i in range(len(placements))]
 
-    def _commit(self, placement: Placement, result: MeasureResult) -> MeasureResult:
+    def _commit(self, placement: Placement, result: MeasureResult,
+                tags: dict | None = None) -> MeasureResult:
         if self.database is not None:
-            self.database.commit(placement, result)
+            self.database.commit(placement, result, tags)
         logger.info("measured %s: %s", placement_key(placement),
                     f"{result.median_ms:.3f} ms" if result.ok else result.error.value)
         return result

@@ -13,12 +13,14 @@ from typing import Any
 
 import numpy as np
 
-# TVM's worker entry point logs at INFO; the caller, not each worker, reports on builds
-logging.getLogger("tvm_hetero").setLevel(
-    os.environ.get("TVM_HETERO_WORKER_LOG_LEVEL", "WARNING").upper())
-
 _MODELS: dict[str, Any] = {}
 _KERNELS: dict[str, Any] = {}  # model file -> KernelCache: kernels reused across candidates
+
+
+def _quiet_worker_logs() -> None:
+    """TVM's worker entry point logs at INFO; the caller, not each worker, reports on builds."""
+    logging.getLogger("tvm_hetero").setLevel(
+        os.environ.get("TVM_HETERO_WORKER_LOG_LEVEL", "WARNING").upper())
 
 
 def _model(model_file: str, input_shapes: dict[str, tuple[int, ...]]):
@@ -43,6 +45,7 @@ def build_candidate(model_file: str, input_shapes: dict, devices_json: list,
     from ..devices import DeviceSet
     from ..placement import Placement
 
+    _quiet_worker_logs()
     model = _model(model_file, input_shapes)
     kernels = _KERNELS.setdefault(model_file, KernelCache())
     start = time.perf_counter()
@@ -61,6 +64,7 @@ def run_candidate(lib_path: str, devices_json: list, inputs_file: str, reference
     from ..devices import DeviceSet
     from .task import outputs_match
 
+    _quiet_worker_logs()
     compiled = load(lib_path, DeviceSet.from_json(devices_json))
     with np.load(inputs_file, allow_pickle=False) as data:
         inputs = {key: data[key] for key in data.files}
