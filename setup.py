@@ -26,6 +26,7 @@ setup(
         # tvm.rpc's tracker imports it and the TVM wheel does not pull it in
         "tornado>=6",
         "ml_dtypes>=0.4",
+        "matplotlib>=3.7",
     ],
     extras_require={
         "test": ["pytest>=8", "onnxruntime>=1.18", "hypothesis>=6"],

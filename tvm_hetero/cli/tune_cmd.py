@@ -42,6 +42,8 @@ def register(subparsers) -> None:
                         help="seconds per build (default: 300)")
     parser.add_argument("--run-timeout", type=float, default=120,
                         help="seconds per run (default: 120)")
+    parser.add_argument("--report", metavar="DIR",
+                        help="also write the report (markdown, plots) into DIR")
     parser.add_argument("--json", action="store_true", help="print a JSON summary")
     parser.set_defaults(func=run)
 
@@ -86,6 +88,14 @@ def run(args) -> int:
     result.placement.save(args.output, devices)
     summary = result.to_json()
     summary["output"] = args.output
+    if args.report:
+        from ..profiles import Profile
+        from ..report import write_report
+
+        profile = Profile.load(os.path.join(workdir, "profile.json"), model.fingerprint(),
+                               devices.fingerprint())
+        report = write_report(args.report, model, devices, args.records, profile)
+        summary["report"] = report["files"]
     if args.json:
         print_json(summary)
         return 0
@@ -101,6 +111,8 @@ def run(args) -> int:
     failed = sum(1 for t in result.trials if not t.result.ok)
     print(f"{len(result.trials)} candidates ({result.measured} measured now, {failed} failed) "
           f"in {result.seconds:.1f} s; records {args.records}; placement {args.output}")
+    if args.report:
+        print(f"report: {summary['report']['report']}")
     if result.extra.get("exhausted"):
         print("the search found no unseen feasible placement: the space is exhausted")
     return 0

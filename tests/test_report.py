@@ -1,0 +1,79 @@
+import json
+
+import pytest
+
+import tvm_hetero as th
+from tvm_hetero.database import Database
+from tvm_hetero.measure import ErrorKind, MeasureResult
+from tvm_hetero.profiles import Profile, TransferFit
+from tvm_hetero.report import history_by_strategy, layer_rows, write_report
+
+from conftest import zoo
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def records(tmp_path, cpu_devices):
+    model = zoo("cnn")
+    layers = th.extract_layers(model)
+    db = Database(tmp_path / "r.jsonl", model.fingerprint(), cpu_devices.fingerprint())
+    names = cpu_devices.names
+    db.commit(th.Placement.all_on(layers, "cpu"), MeasureResult(ErrorKind.NONE, [2.0]),
+              {"strategy": "xgb", "source": "single-device"})
+    split = th.Placement({l.name: names[i % 2] for i, l in enumerate(layers)})
+    db.commit(split, MeasureResult(ErrorKind.NONE, [1.0]), {"strategy": "xgb"})
+    db.commit(th.Placement({l.name: names[(i + 1) % 2] for i, l in enumerate(layers)}),
+              MeasureResult(ErrorKind.RUN_TIMEOUT), {"strategy": "random"})
+    db.commit(th.Placement.all_on(layers, "cpu-generic"), MeasureResult(ErrorKind.NONE, [1.5]),
+              {"strategy": "random"})
+    return model, layers, split, str(tmp_path / "r.jsonl")
+
+
+def test_report_files_and_summary(records, cpu_devices, tmp_path):
+    model, layers, split, path = records
+    profile = Profile("m", "d", {l.name: {"cpu": 0.1, "cpu-generic": 0.2} for l in layers},
+                      {("cpu", "cpu-generic"): TransferFit(0, 1e-9),
+                       ("cpu-generic", "cpu"): TransferFit(0, 1e-9)})
+    summary = write_report(str(tmp_path / "out"), model, cpu_devices, path, profile, layers)
+    assert summary["placement"] == split.assignment and summary["median_ms"] == 1.0
+    assert summary["best_single_device"] == {"device": "cpu-generic", "median_ms": 1.5}
+    assert summary["speedup"] == pytest.approx(1.5)
+    assert summary["outcomes"] == {"ok": 3, "run_timeout": 1}
+    for key in ("placement_plot", "search_plot"):
+        with open(summary["files"][key], "rb") as handle:
+            assert handle.read(8) == PNG
+    text = open(summary["files"]["report"]).read()
+    assert "**1.50x**" in text and "![placement](placement.png)" in text
+    assert sum(line.startswith("| ") for line in text.splitlines()) == len(layers) + 1
+    json.dumps({k: v for k, v in summary.items()})  # JSON-able for --json
+
+
+def test_layer_rows_count_bytes_sent_across(records):
+    _, layers, split, _ = records
+    rows = {r["layer"]: r for r in layer_rows(layers, split)}
+    # alternating devices: every layer but the last sends its output across once
+    first = layers[0]
+    assert rows[first.name]["bytes_sent"] == first.activation_bytes_out
+    assert rows[first.name]["sent_to"] == ["cpu-generic"]
+    assert rows[layers[-1].name]["bytes_sent"] == 0
+
+
+def test_history_per_strategy(records, cpu_devices):
+    model, _, _, path = records
+    db = Database(path, model.fingerprint(), cpu_devices.fingerprint())
+    assert history_by_strategy(db) == {"xgb": [2.0, 1.0], "random": [float("inf"), 1.5]}
+
+
+def test_report_cli_without_usable_records(tmp_path, capsys, records):
+    from tvm_hetero.cli.main import main
+
+    _, _, _, path = records
+    code = main(["report", path, "--model", "zoo:mlp", "-d", "cpu", "-d", "cpu-generic",
+                 "-o", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("Error: no verified record for mlp")
+    code = main(["report", path, "--model", "zoo:cnn", "-d", "cpu", "-d", "cpu-generic",
+                 "-o", str(tmp_path / "rep"), "--json"])
+    out = capsys.readouterr().out
+    assert code == 0 and json.loads(out)["speedup"] == pytest.approx(1.5)
