@@ -107,7 +107,7 @@ class FaultPlan:
     """
 
     def __init__(self):
-        self._rules: list[tuple[Callable[[Placement], Fault | None]]] = []
+        self._rules: list[Callable[[Placement], Fault | None]] = []
         self._decided: dict[str, Fault | None] = {}
         self._lock = threading.Lock()
         self.injected: dict[str, Fault] = {}
@@ -132,7 +132,7 @@ class FaultPlan:
         else:
             keys = frozenset(select)
             predicate = lambda p: placement_key(p) in keys  # noqa: E731
-        self._rules.append((lambda p: fault if predicate(p) else None,))
+        self._rules.append(lambda p: fault if predicate(p) else None)
         return self
 
     def in_order(self, faults: Iterable[Fault | str],
@@ -158,7 +158,7 @@ class FaultPlan:
                 return queue.pop(0)
             return None
 
-        self._rules.append((rule,))
+        self._rules.append(rule)
         return self
 
     def fault_for(self, placement: Placement) -> Fault | None:
@@ -167,7 +167,7 @@ class FaultPlan:
         with self._lock:
             if key not in self._decided:
                 fault = None
-                for (rule,) in self._rules:
+                for rule in self._rules:
                     fault = rule(placement)
                     if fault is not None:
                         break

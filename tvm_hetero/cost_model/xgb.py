@@ -47,7 +47,8 @@ class XGBCostModel:
     params : XGBParams
     """
 
-    def __init__(self, params: XGBParams = XGBParams()):
+    def __init__(self, params: XGBParams | None = None):
+        params = params or XGBParams()
         if params.objective not in ("reg", "rank"):
             raise ValueError(f"unknown objective {params.objective!r}: use 'reg' or 'rank'")
         self.params = params
