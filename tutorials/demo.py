@@ -3,92 +3,103 @@ The tvm_hetero demo
 ===================
 
 One network, two devices, one executable. On a CPU-only machine the two devices are the host CPU
-(``cpu``: LLVM for this processor, AVX2/AVX-512 where present) and a generic x86-64
-(``cpu-generic``: SSE2 only): two real code generators, real copies between devices.
+(``cpu``: LLVM for this processor) and a generic x86-64 (``cpu-generic``: SSE2 only): two real
+code generators, real copies between them. ``cpu-generic`` is given a memory cap that the
+model's large dense layer does not fit in, so the search has to split the model.
 
 Run it with ``make demo`` (it sets everything up) or ``python tutorials/demo.py --out out``.
+Under ``CI=true`` the search budget is cut to 10 candidates.
 """
-
-######################################################################
-# Load a model and split it into layers
-# -------------------------------------
-# ``zoo:resnet`` is a residual CNN built by code (no download): a stem, three residual blocks,
-# two parallel branches joined by a concat, a dense head.
 
 import argparse
 import os
+import sys
 
 import numpy as np
 
 import tvm_hetero as th
+from tvm_hetero.cli.report_cmd import print_summary
 from tvm_hetero.layers import layers_table
+from tvm_hetero.memory import format_bytes
 from tvm_hetero.testing import max_relative_error, onnx_reference
+from tvm_hetero.zoo import DEFAULT_MODEL
 
 
-def main(out_dir: str = "out", model_name: str = "zoo:resnet") -> None:
+def main(out_dir: str, model_name: str, trials: int, cap: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
+
+    ######################################################################
+    # 1. The model, split into operator-level layers
     model = th.load_model(model_name)
     layers = th.extract_layers(model)
+    print(f"== 1. {model.name}: {len(layers)} layers (one fused operator group each)")
     print(layers_table(layers))
 
     ######################################################################
-    # The devices
-    # -----------
-    devices = th.DeviceSet.parse(["cpu", "cpu-generic"])
-    for dev in devices:
-        print(f"device {dev.name:<12} target {dev.target}")
+    # 2. The devices, probed and scored for this model
+    devices = th.DeviceSet.parse(["cpu", "cpu-generic"], memory={"cpu-generic": cap})
+    weights = th.TaskWeights.for_layers(layers)
+    print(f"\n== 2. devices (score weights: compute {weights.compute:.2f}, memory "
+          f"{weights.memory:.2f}, bandwidth {weights.bandwidth:.2f})")
+    for dev, status in zip(devices, th.probe(devices, weights)):
+        print(f"  {dev.name:<12} {dev.target['mcpu']:<8} {status.gflops:6.2f} GFLOP/s  "
+              f"{format_bytes(status.memory_bytes):>10}{' cap' if status.memory_is_cap else '    '}"
+              f"  {status.bandwidth_gbs:6.1f} GB/s copies  score {status.score:.3f}")
 
     ######################################################################
-    # Three placements: everything on each device, and a split by hand
-    # -----------------------------------------------------------------
-    # The split puts the convolutions on the host CPU and everything else on the generic
-    # x86-64: every edge between the two is a copy that the AnnotateDevice pass inserts.
-    split = th.Placement({l.name: "cpu" if l.kind == "conv2d" else "cpu-generic"
-                          for l in layers}, model=model.name)
-    placements = {
-        "all on cpu": th.Placement.all_on(layers, "cpu"),
-        "all on cpu-generic": th.Placement.all_on(layers, "cpu-generic"),
-        "conv on cpu, rest on cpu-generic": split,
-    }
+    # 3. Search: every candidate built, run in a separate process, verified, recorded
+    records = os.path.join(out_dir, "records.jsonl")
+    print(f"\n== 3. tune: up to {trials} candidates, records in {records}")
+
+    def progress(trial, best_ms):
+        outcome = f"{trial.result.median_ms:8.3f} ms" if trial.result.ok else \
+            f"{trial.result.error.value:>11}"
+        print(f"  {len(progress.seen) + 1:3d} {trial.source:<14}{outcome}   best {best_ms:.3f} ms")
+        progress.seen.append(trial)
+
+    progress.seen = []
+    result = th.tune(model, devices, trials=trials, records=records,
+                     workdir=os.path.join(out_dir, "work"), threshold=8, batch_size=4,
+                     callback=progress)
+    device, single = result.best_single
+    print(f"  best placement {result.latency.median_ms:.3f} ms, best single device ({device}) "
+          f"{single.median_ms:.3f} ms: speedup {result.speedup:.2f}x "
+          f"({result.measured} candidates measured in {result.seconds:.0f} s)")
 
     ######################################################################
-    # Build each into one executable, check it against onnxruntime, time it
-    # ---------------------------------------------------------------------
-    inputs = model.random_inputs(seed=0)
-    reference = onnx_reference(model.onnx_model, inputs, model)
-    print(f"\n{'placement':<36}{'build s':>9}{'median ms':>11}{'min ms':>9}{'rel. error':>12}")
-    for title, placement in placements.items():
-        compiled = th.build(model, placement, devices)
-        error = max_relative_error(compiled.run(inputs), reference)
-        latency = compiled.benchmark(inputs, repeat=10)
-        print(f"{title:<36}{compiled.stats.total_s:>9.2f}{latency.median:>11.3f}"
-              f"{latency.min:>9.3f}{error:>12.1e}")
+    # 4. The report: why each layer went where it went
+    profile = th.Profile.load(os.path.join(out_dir, "work", "profile.json"),
+                              model.fingerprint(), devices.fingerprint())
+    print("\n== 4. report")
+    print_summary(th.write_report(out_dir, model, devices, records, profile, layers))
 
     ######################################################################
-    # Deploy the split: one library, the placement beside it
-    # -------------------------------------------------------
-    compiled = th.build(model, split, devices)
-    library = compiled.export_library(os.path.join(out_dir, f"{model.name}_split.so"))
-    split.save(os.path.join(out_dir, f"{model.name}_split.json"), devices)
-    loaded = th.load(library)
-    again = loaded.run(inputs)
-    assert np.array_equal(again[0], compiled.run(inputs)[0])
-    print(f"\nwrote {library} ({os.path.getsize(library) / 1024:.0f} KiB) and the placement "
-          f"{os.path.join(out_dir, model.name + '_split.json')}; reloaded and ran it.")
-    print(f"run it again with: tvm-hetero run {library} --device cpu --device cpu-generic")
+    # 5. Deploy: one library running across both devices, checked against onnxruntime
+    compiled = th.build(model, result.placement, devices)
+    library = compiled.export_library(os.path.join(out_dir, f"{model.name}.so"))
+    result.placement.save(os.path.join(out_dir, f"{model.name}.placement.json"), devices)
+    inputs = model.random_inputs(seed=1)
+    outputs = th.load(library).run(inputs)
+    error = max_relative_error(outputs, onnx_reference(model.onnx_model, inputs, model))
+    assert error < 1e-4 and np.all(np.isfinite(outputs[0]))
+    print(f"\n== 5. wrote {library} ({os.path.getsize(library) / 1024:.0f} KiB); reloaded, ran, "
+          f"matches onnxruntime (relative error {error:.1e})")
+    print(f"   run it again: tvm-hetero run {library} --device cpu --device cpu-generic")
 
 
 ######################################################################
 # Summary
 # -------
-# A placement is a plain ``{layer: device}`` mapping. ``tvm_hetero.build`` annotates every
-# layer with its device, compiles each layer's kernel for its own device's target and links
-# everything into one executable that copies tensors between devices where the placement
-# crosses them.
+# A placement is a plain ``{layer: device}`` mapping; ``tune`` finds the fastest verified one,
+# ``build`` compiles each layer for its own device into one executable.
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="tvm_hetero demo")
     parser.add_argument("--out", default="out")
-    parser.add_argument("--model", default="zoo:resnet")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--trials", type=int,
+                        default=10 if os.environ.get("CI") == "true" else 32)
+    parser.add_argument("--cap", default="150KiB", help="memory cap of cpu-generic")
     args = parser.parse_args()
-    main(args.out, args.model)
+    main(args.out, args.model, args.trials, args.cap)
+    sys.exit(0)

@@ -28,6 +28,8 @@ from .measure import (ErrorKind, LocalBuilder, LocalRunner, MeasureResult, Measu
 from .memory import memory_use, over_cap
 from .placement import Placement
 from .profiles import Profile, profile_model
+from .report import write_report
+from .search import STRATEGIES, TuneResult, tune
 from .status import DeviceStatus, TaskWeights, probe
 from .zoo import ZOO, zoo_model
 
@@ -40,5 +42,5 @@ __all__ = [
     "Measurer", "Model", "ModelError", "Placement", "PlacementError", "Profile", "TaskWeights",
     "ZOO", "build", "extract_layers", "load", "load_model", "memory_use", "over_cap",
     "parse_device", "parse_size", "prepare", "probe", "profile_model", "strategies",
-    "time_function", "zoo_model",
+    "STRATEGIES", "TuneResult", "time_function", "tune", "write_report", "zoo_model",
 ]

@@ -1,7 +1,7 @@
 """Small real models, made by code at run time (no downloads), addressable as ``zoo:NAME``.
 
 Each builder returns an ``onnx.ModelProto`` with seeded random weights, so that onnxruntime can
-give reference outputs. ``zoo:mlp`` is the embedded default model.
+give reference outputs. ``zoo:vgg`` is the embedded default model (the demo's).
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ ZOO: dict[str, Callable] = {
     "resnet": resnet,
     "transformer": transformer,
 }
-DEFAULT_MODEL = "zoo:mlp"
+DEFAULT_MODEL = "zoo:vgg"
 
 
 def zoo_model(name: str):
