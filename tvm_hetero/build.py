@@ -43,15 +43,20 @@ def _import_tvm():
 # build
 
 
-def schedule_passes(devices: DeviceSet) -> list:
+def schedule_passes(devices: DeviceSet, optimize: bool = True) -> list:
     """Per-target scheduling of the placed kernels.
 
-    GPU kernels must be scheduled (thread bindings) or TVM silently emits them as host code:
-    dlight's GPU rules are applied to the PrimFuncs whose target is a GPU, and leave CPU
-    kernels alone (each rule checks the function's own ``target`` attribute).
+    With `optimize` (the default) every kernel is scheduled by the optimization table's rules
+    for its own device (:mod:`tvm_hetero.optimize`). Without it CPU kernels keep TVM's default
+    loops; GPU kernels are always scheduled (dlight's GPU rules), since an unscheduled GPU
+    kernel silently becomes host code.
     """
     from tvm.s_tir import dlight as dl
 
+    from .optimize import OptimizeLayers
+
+    if optimize:
+        return [OptimizeLayers()]
     passes = []
     if any(dev.family != "cpu" for dev in devices):
         passes.append(dl.ApplyDefaultSchedule(
@@ -214,7 +219,7 @@ class BuildStats:
 
 def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[str],
           *, extra_passes: Sequence | None = None,
-          kernel_cache: KernelCache | None = None) -> "CompiledModel":
+          kernel_cache: KernelCache | None = None, optimize: bool = True) -> "CompiledModel":
     """Build a model with its layers placed on devices into one executable.
 
     Parameters
@@ -228,6 +233,9 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
         device order; the model's constants are loaded onto the first).
     extra_passes : list of tvm.transform.Pass, optional
         Passes run after device annotation and scheduling, before VM lowering.
+    optimize : bool
+        Schedule each kernel by the optimization table for its device (default True; False
+        keeps TVM's default CPU loops, for reference builds).
     kernel_cache : KernelCache, optional
         Reuse kernels compiled by earlier builds (a search's builder passes one); the per-target
         libraries (``CompiledModel.libs``) are then not assembled.
@@ -277,7 +285,7 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     try:
         with host:
             scheduled = tvm.transform.Sequential(
-                schedule_passes(devices) + list(extra_passes or []))(annotated)
+                schedule_passes(devices, optimize) + list(extra_passes or []))(annotated)
             lowered = _lower(scheduled)
     except Exception as err:
         raise BuildError(f"lowering the placed module failed: {_last_line(err)}") from err

@@ -334,7 +334,7 @@ class FaultyRunner(Runner):
     Attributes
     ----------
     ran : list of str
-        Keys of every placement whose build reached this runner.
+        Keys of the placements whose library this runner ran (failed builds pass through).
     """
 
     def __init__(self, inner: Runner, plan: FaultPlan):
@@ -346,12 +346,13 @@ class FaultyRunner(Runner):
         return [self._run_one(task, build) for build in builds]
 
     def _run_one(self, task: MeasureTask, build: BuildResult) -> MeasureResult:
-        fault = None
-        if build.placement is not None:
-            self.ran.append(placement_key(build.placement))
-            fault = self.plan.fault_for(build.placement)
-        if fault not in RUN_FAULTS or build.error != ErrorKind.NONE:
+        if build.error != ErrorKind.NONE or build.placement is None:
             return self.inner.run(task, [build])[0]
-        self.plan.injected[placement_key(build.placement)] = fault
+        key = placement_key(build.placement)
+        self.ran.append(key)
+        fault = self.plan.fault_for(build.placement)
+        if fault not in RUN_FAULTS:
+            return self.inner.run(task, [build])[0]
+        self.plan.injected[key] = fault
         with _worker_function("run_candidate", functools.partial(run_with_fault, fault.value)):
             return self.inner.run(task, [build])[0]

@@ -120,11 +120,10 @@ def kernel_for(func, device: Device):
     target = device.tvm_target()
     mod = tvm.IRModule({"main": func.with_attr("target", target)
                         .with_attr("global_symbol", "main")})
-    if device.family != "cpu":
-        from .build import schedule_passes
+    from .build import schedule_passes
 
-        with target:
-            mod = tvm.transform.Sequential(schedule_passes(DeviceSet([device])))(mod)
+    with target:  # the rules the placed executable's kernels get
+        mod = tvm.transform.Sequential(schedule_passes(DeviceSet([device])))(mod)
     return tvm.tirx.build(mod, target=target)
 
 

@@ -7,9 +7,11 @@ import logging
 import sys
 
 from ..errors import HeteroError
-from . import compile_cmd, devices_cmd, inspect_cmd, report_cmd, run_cmd, tune_cmd
+from . import (compile_cmd, devices_cmd, inspect_cmd, optimizations_cmd, report_cmd, run_cmd,
+               tune_cmd)
 
-SUBCOMMANDS = [inspect_cmd, devices_cmd, tune_cmd, compile_cmd, run_cmd, report_cmd]
+SUBCOMMANDS = [inspect_cmd, devices_cmd, tune_cmd, compile_cmd, run_cmd, report_cmd,
+               optimizations_cmd]
 
 
 class _Parser(argparse.ArgumentParser):

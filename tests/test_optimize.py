@@ -1,0 +1,94 @@
+import json
+
+import numpy as np
+import pytest
+
+import tvm_hetero as th
+from tvm_hetero import optimize
+from tvm_hetero.layers import LAYER_KINDS
+from tvm_hetero.testing import light_model, max_relative_error, random_placement
+
+from conftest import zoo
+
+
+@pytest.fixture(autouse=True)
+def fresh_table():
+    optimize.reset_table()
+    yield
+    optimize.reset_table()
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "vgg", "resnet", "transformer",
+                                  "light:bvlc_alexnet", "light:squeezenet", "light:resnet50"])
+def test_rules_match_the_unoptimized_build(name, cpu_devices):
+    model = th.load_model(light_model(name[6:]), name=name[6:]) if name.startswith("light:") \
+        else zoo(name)
+    layers = th.extract_layers(model)
+    inputs = model.random_inputs(seed=5)
+    reference = th.build(model, "all:cpu", cpu_devices, optimize=False).run(inputs)
+    placements = [th.Placement.all_on(layers, "cpu"),
+                  random_placement(layers, cpu_devices.names, np.random.default_rng(1))]
+    for placement in placements:
+        got = th.build(model, placement, cpu_devices).run(inputs)
+        assert max_relative_error(got, reference) < 1e-4
+
+
+def test_every_cpu_kernel_of_resnet50_is_scheduled(caplog, cpu_devices):
+    model = th.load_model(light_model("resnet50"), name="resnet50")
+    with caplog.at_level("INFO", logger="tvm_hetero.optimize"):
+        th.build(model, "all:cpu", cpu_devices)
+    unscheduled = [r.message for r in caplog.records if "keeps TVM's default loops" in r.message]
+    # only kernels without loops worth scheduling may stay (reshape views, tiny softmax)
+    assert len(unscheduled) <= 3, unscheduled
+
+
+def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
+    rows = optimize.table_rows()
+    assert {(f, k) for f, k, _ in rows} == {(f, k) for f in optimize.FAMILIES
+                                           for k in LAYER_KINDS}
+    assert dict(((f, k), names) for f, k, names in rows)[("cpu", "conv2d")] == ["parallel-loops"]
+    seen = []
+
+    def mark(func, target):
+        seen.append(target.kind.name)
+        return func.with_attr("tvm_hetero.rule", "mine")
+
+    optimize.register_rule("cpu", "pooling", optimize.Rule("mine", "test rule", mark))
+    compiled = th.build(zoo("cnn"), "all:cpu", cpu_devices)
+    assert seen == ["llvm", "llvm"]  # the two max-pool layers, nothing else
+    assert compiled.run(zoo("cnn").random_inputs())[0].shape == (1, 10)
+    with pytest.raises(ValueError, match="unknown"):
+        optimize.register_rule("tpu", "conv2d", optimize.Rule("x", "x", mark))
+
+
+def test_each_layer_gets_the_rules_of_its_device():
+    devices = th.DeviceSet.parse(["cpu", "cuda"])
+    used = []
+    for family in ("cpu", "cuda"):
+        def spy(func, target, family=family):
+            used.append((family, target.kind.name))
+            return None  # pass on to the default rules
+
+        for kind in LAYER_KINDS:
+            optimize.register_rule(family, kind, optimize.Rule("spy", "spy", spy))
+    model = zoo("resnet")
+    layers = th.extract_layers(model)
+    placement = th.Placement({l.name: devices.names[i % 2] for i, l in enumerate(layers)})
+    th.build(model, placement, devices)
+    assert set(used) == {("cpu", "llvm"), ("cuda", "cuda")}
+
+
+def test_a_gpu_kernel_no_rule_schedules_is_an_error():
+    for kind in LAYER_KINDS:
+        optimize._TABLE[("cuda", kind)] = []
+    with pytest.raises(th.BuildError, match="would silently run as host code"):
+        th.build(zoo("mlp"), "all:cuda", ["cpu", "cuda"])
+
+
+def test_optimizations_cli_json(capsys):
+    from tvm_hetero.cli.main import main
+
+    assert main(["optimizations", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert {"family": "cpu", "kind": "matmul",
+            "rules": ["dlight.cpu.GEMV", "parallel-loops"]} in table
