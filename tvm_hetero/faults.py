@@ -12,19 +12,18 @@ How: for the duration of one ``build`` / ``run`` call the wrapper points
 of this module, which the worker receives pickled by reference; it injects the fault or calls
 the real function. The faults, and the error kind each must be recorded with:
 
-=================  ============================================================  ===============
-fault              what happens                                                  recorded as
-=================  ============================================================  ===============
-``build_raise``    the build raises an exception in the build worker             build_error
-``build_crash``    the build worker segfaults                                    build_error
-``build_hang``     the build sleeps past the builder's timeout and is killed     build_timeout
-``run_raise``      the run raises an exception in the run worker                 run_error
-``run_crash``      the run worker segfaults (``ctypes.string_at(0)``)            run_error
-``run_abort``      the run worker calls ``os.abort()`` (SIGABRT)                 run_error
-``run_hang``       the run sleeps past the runner's timeout and is killed        run_timeout
-``wrong_answer``   the library runs, its outputs are perturbed before they are   wrong_answer
-                   checked against the reference
-=================  ============================================================  ===============
+================  =========================================================  =============
+fault             what happens                                               recorded as
+================  =========================================================  =============
+``build_raise``   the build raises an exception in the build worker          build_error
+``build_crash``   the build worker segfaults                                 build_error
+``build_hang``    the build sleeps past the builder's timeout and is killed  build_timeout
+``run_raise``     the run raises an exception in the run worker              run_error
+``run_crash``     the run worker segfaults (``ctypes.string_at(0)``)         run_error
+``run_abort``     the run worker calls ``os.abort()`` (SIGABRT)              run_error
+``run_hang``      the run sleeps past the runner's timeout and is killed     run_timeout
+``wrong_answer``  it runs; its outputs are perturbed before the check        wrong_answer
+================  =========================================================  =============
 
 Example::
 
@@ -50,8 +49,8 @@ from .measure.runner import Runner
 from .measure.task import MeasureTask
 from .placement import Placement
 
-__all__ = ["EXPECTED", "Fault", "FaultPlan", "FaultyBuilder", "FaultyRunner", "BUILD_FAULTS",
-           "RUN_FAULTS"]
+__all__ = ["BUILD_FAULTS", "EXPECTED", "Fault", "FaultPlan", "FaultyBuilder", "FaultyRunner",
+           "InjectedFault", "RUN_FAULTS"]
 
 HANG_S = 3600.0  # a hang lasts "forever": the timeout, never the sleep, ends it
 
@@ -209,8 +208,20 @@ def _hang() -> None:
 
 def build_with_faults(faults: dict[str, str], model_file: str, input_shapes: dict,
                       devices_json: list, placement: dict[str, str], out_path: str) -> float:
-    """In a build worker: inject the fault of `placement` (``faults``: key -> fault value) or
-    build it with :func:`tvm_hetero.measure.worker.build_candidate`."""
+    """In a build worker: inject the fault of `placement`, or build it normally.
+
+    Parameters
+    ----------
+    faults : dict of str to str
+        Placement key -> :class:`Fault` value, for the faulty placements of one batch.
+    model_file, input_shapes, devices_json, placement, out_path
+        As for :func:`tvm_hetero.measure.worker.build_candidate`.
+
+    Returns
+    -------
+    float
+        The build seconds (placements without a fault).
+    """
     fault = faults.get(placement_key(Placement(placement)))
     if fault == Fault.BUILD_RAISE.value:
         raise InjectedFault("injected build failure")
@@ -237,9 +248,22 @@ def _perturbed(outputs: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def run_with_fault(fault: str, lib_path: str, *args, **kwargs):
-    """In the run worker: inject `fault` (a :class:`Fault` value), or for ``wrong_answer`` run
-    :func:`tvm_hetero.measure.worker.run_candidate` with its outputs perturbed before the
-    check against the reference."""
+    """In the run worker: inject a run fault.
+
+    Parameters
+    ----------
+    fault : str
+        A run :class:`Fault` value. ``wrong_answer`` runs
+        :func:`tvm_hetero.measure.worker.run_candidate` with the library's outputs perturbed
+        before they are checked against the reference; the others never return.
+    lib_path, *args, **kwargs
+        As for :func:`tvm_hetero.measure.worker.run_candidate`.
+
+    Returns
+    -------
+    dict
+        What ``run_candidate`` returns (``ok`` False for ``wrong_answer``).
+    """
     if fault == Fault.RUN_RAISE.value:
         raise InjectedFault("injected run failure")
     if fault == Fault.RUN_CRASH.value:
