@@ -25,6 +25,7 @@ setup(
         "cloudpickle>=3.0",
         # tvm.rpc's tracker imports it and the TVM wheel does not pull it in
         "tornado>=6",
+        "jsonschema>=4",
         "ml_dtypes>=0.4",
         "matplotlib>=3.7",
     ],

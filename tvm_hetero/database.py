@@ -25,6 +25,7 @@ from typing import Iterator
 from .errors import HeteroError
 from .measure.result import MeasureResult
 from .placement import Placement
+from .schemas import RECORD, validation_error
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +78,9 @@ class Database:
                 continue
             try:
                 data = json.loads(line)
-                if data.get("format") != FORMAT:
-                    raise ValueError("not a tvm_hetero record")
+                problem = validation_error(data, RECORD)
+                if problem:
+                    raise ValueError(f"not a tvm_hetero record: {problem}")
                 if (data["model"], data["devices"], data["tvm"]) != \
                         (self.model, self.devices, self.tvm):
                     self.foreign_records += 1

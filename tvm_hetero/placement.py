@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .errors import PlacementError
+from .schemas import PLACEMENT, validation_error
 
 FORMAT = "tvm_hetero.placement"
 VERSION = 1
@@ -106,24 +107,27 @@ class Placement:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "placement") -> "Placement":
-        if not isinstance(data, dict):
-            raise PlacementError(f"{source}: expected a JSON object")
-        if "placement" in data:
+        """A placement from parsed JSON, validated against ``schemas.PLACEMENT``."""
+        if isinstance(data, dict) and "placement" in data:
             if data.get("format", FORMAT) != FORMAT:
                 raise PlacementError(f"{source}: format is {data.get('format')!r}, not {FORMAT}")
-            if int(data.get("version", VERSION)) > VERSION:
+            if isinstance(data.get("version"), int) and data["version"] > VERSION:
                 raise PlacementError(f"{source}: placement version {data['version']} is newer "
                                      f"than this tvm_hetero reads ({VERSION})")
-            assignment = data["placement"]
-            model = data.get("model")
-        else:
-            assignment, model = data, None
-        if not isinstance(assignment, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in assignment.items()):
-            raise PlacementError(f"{source}: \"placement\" must map layer names to device names")
-        if not assignment:
+        if isinstance(data, dict) and not data:
             raise PlacementError(f"{source}: the placement is empty")
-        return cls(dict(assignment), model if isinstance(model, str) else None)
+        if not isinstance(data, dict):
+            raise PlacementError(f"{source}: expected a JSON object")
+        if isinstance(data.get("placement"), dict) and not data["placement"]:
+            raise PlacementError(f"{source}: the placement is empty")
+        problem = validation_error(data, PLACEMENT)
+        if problem:
+            raise PlacementError(f"{source}: not a placement: \"placement\" must map layer "
+                                 f"names to device names ({problem})")
+        if "placement" in data:
+            model = data.get("model")
+            return cls(dict(data["placement"]), model if isinstance(model, str) else None)
+        return cls(dict(data))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Placement":

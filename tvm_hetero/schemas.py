@@ -1,0 +1,74 @@
+"""JSON schemas of the files users pass in: placements and records. Both are plain JSON, never
+pickles; every file is validated against its schema before anything in it is used."""
+
+from __future__ import annotations
+
+NAME = {"type": "string", "minLength": 1, "maxLength": 256}
+
+PLACEMENT_MAPPING = {
+    "type": "object",
+    "minProperties": 1,
+    "propertyNames": NAME,
+    "additionalProperties": NAME,
+}
+
+PLACEMENT = {
+    "oneOf": [
+        {
+            "type": "object",
+            "required": ["placement"],
+            "properties": {
+                "format": {"const": "tvm_hetero.placement"},
+                "version": {"type": "integer", "minimum": 1},
+                "model": {"type": "string"},
+                "devices": {"type": "array", "items": NAME},
+                "placement": PLACEMENT_MAPPING,
+            },
+        },
+        {  # a bare {layer: device} mapping
+            "allOf": [PLACEMENT_MAPPING, {"not": {"required": ["placement"]}}],
+        },
+    ],
+}
+
+RESULT = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {"enum": ["ok", "build_error", "build_timeout", "run_error", "run_timeout",
+                           "wrong_answer", "memory_exceeded"]},
+        "latencies_ms": {"type": "array", "items": {"type": "number", "minimum": 0}},
+        "build_s": {"type": "number"},
+        "run_s": {"type": "number"},
+        "message": {"type": "string"},
+        "max_error": {"type": "number"},
+    },
+}
+
+RECORD = {
+    "type": "object",
+    "required": ["format", "version", "tvm", "model", "devices", "placement", "result"],
+    "properties": {
+        "format": {"const": "tvm_hetero.record"},
+        "version": {"type": "integer", "minimum": 1},
+        "tvm": {"type": "string"},
+        "model": {"type": "string"},
+        "devices": {"type": "string"},
+        "placement": PLACEMENT_MAPPING,
+        "result": RESULT,
+        "time": {"type": "string"},
+        "tags": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
+    },
+}
+
+
+def validation_error(data, schema) -> str | None:
+    """None when `data` matches `schema`, else a one-line reason."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema)
+                                             .iter_errors(data))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"{error.message}" + (f" (at {where})" if where else "")
