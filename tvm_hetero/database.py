@@ -58,6 +58,7 @@ class Database:
         self._records: dict[str, tuple[Placement, MeasureResult]] = {}
         self._tags: dict[str, dict] = {}  # placement key -> tags of its record
         self.skipped_lines = 0
+        self.truncated = False
         self.foreign_records = 0
         self._load()
 
@@ -89,11 +90,16 @@ class Database:
                 result = MeasureResult.from_json(data["result"])
             except (ValueError, KeyError, TypeError, HeteroError) as err:
                 self.skipped_lines += 1
-                logger.warning("%s:%d: skipping an unreadable record (%s)", self.path, number,
-                               "truncated" if number == len(lines) else err)
+                self.truncated = number == len(lines) or self.truncated
+                logger.info("%s:%d: skipping an unreadable record (%s)", self.path, number,
+                            "truncated" if number == len(lines) else err)
                 continue
             self._records[self.key(placement)] = (placement, result)
             self._tags[self.key(placement)] = dict(data.get("tags") or {})
+        if self.skipped_lines and self._records:  # (with nothing usable the caller reports it)
+            logger.warning("%s: skipped %d unreadable record line(s)%s", self.path,
+                           self.skipped_lines, ", the last one truncated" if self.truncated
+                           else "")
         if self.foreign_records:
             logger.info("%s: ignored %d record(s) of another model, device set or TVM version",
                         self.path, self.foreign_records)

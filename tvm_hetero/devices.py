@@ -186,10 +186,22 @@ def _validate_target(target: dict[str, Any], text: str) -> None:
     import tvm
 
     try:
-        tvm.target.Target(target)
+        parsed = tvm.target.Target(target)
     except Exception as err:  # TVM raises several types; report them as one
         msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise DeviceError(f"invalid TVM target in device {text!r}: {msg}") from None
+    mcpu = target.get("mcpu")
+    if parsed.kind.name == "llvm" and mcpu:
+        from tvm.target import codegen
+
+        from ._native import quiet_native_stderr
+
+        triple = str(target.get("mtriple", ""))
+        with quiet_native_stderr():  # LLVM prints its own complaint before answering
+            valid = codegen.llvm_is_valid_cpu(str(mcpu), triple)
+        if not valid:  # LLVM would silently build for a generic CPU instead
+            raise DeviceError(f"device {text!r}: LLVM does not know the CPU {mcpu!r}; "
+                              f"this machine's is {host_cpu_name()!r}")
 
 
 def parse_device(text: str, cpu_ids: Iterable[int] = ()) -> Device:

@@ -6,7 +6,10 @@ only (weights are bound as constants), and the description of those inputs.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
+import io
 import logging
 import os
 from dataclasses import dataclass, field
@@ -14,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ._native import quiet_native_stderr
 from .errors import ModelError
 
 logger = logging.getLogger(__name__)
@@ -123,13 +127,21 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple[int, ...]] | None
     if unknown:
         raise ModelError(f"input shape given for unknown input(s) {', '.join(unknown)}; "
                          f"the inputs are {', '.join(s[0] for s in specs)}")
-    try:
-        mod = from_onnx(model, shape_dict=shape_dict, dtype_dict={s[0]: s[2] for s in specs},
-                        keep_params_in_input=False)
-    except tvm.error.OpNotImplemented as err:
-        raise ModelError(f"cannot import {name}: {_first_line(err)}") from None
-    except Exception as err:  # the importer raises many kinds; all mean "cannot import"
-        raise ModelError(f"cannot import ONNX model {name}: {_first_line(err)}") from None
+    failure = None
+    # the importer prints its conversion errors on stdout: they belong in the error instead
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            mod = from_onnx(model, shape_dict=shape_dict,
+                            dtype_dict={s[0]: s[2] for s in specs}, keep_params_in_input=False)
+        except Exception as err:  # the importer raises many kinds; all mean "cannot import"
+            failure = err
+    if failure is not None:
+        what = name if isinstance(failure, tvm.error.OpNotImplemented) else f"ONNX model {name}"
+        message = f"cannot import {what}: {_first_line(failure)}"
+        with quiet_native_stderr():  # the failed import's builders complain when freed
+            failure = None
+            gc.collect()
+        raise ModelError(message)
     params = list(mod["main"].params)
     inputs = [InputSpec(p.name, tuple(int(d) for d in shape_dict[src]), dtype, src)
               for p, (src, _, dtype) in zip(params, specs)]

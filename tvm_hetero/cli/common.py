@@ -74,18 +74,10 @@ def print_json(data) -> None:
 def quiet_native_warnings(enabled: bool = True):
     """Silence TVM's native warnings ("Scope Saving: ...") written straight to fd 2 while
     exporting and loading executables; failures still arrive as exceptions."""
-    if not enabled:
+    from .._native import quiet_native_stderr
+
+    with quiet_native_stderr(enabled):
         yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def output_path(path: str) -> str:

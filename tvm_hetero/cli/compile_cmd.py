@@ -79,5 +79,7 @@ def best_record(path: str, model, devices):
         reason = (f"{database.foreign_records} record(s) are of another model, device set or "
                   "TVM version" if database.foreign_records else "none of them is a verified "
                   "measurement" if len(database) else "it holds no readable record")
+        if database.skipped_lines:
+            reason += f"; {database.skipped_lines} line(s) are not records"
         raise PlacementError(f"no usable record in {path}: {reason}")
     return best[0]

@@ -32,7 +32,10 @@ def _read_inputs(path: str) -> dict[str, np.ndarray]:
     if not os.path.isfile(path):
         raise InputError(f"inputs file not found: {path}")
     try:
-        with np.load(path, allow_pickle=False) as data:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("not an .npz archive of named arrays")
+        with data:
             return {key: data[key] for key in data.files}
     except Exception as err:
         raise InputError(f"cannot read inputs {path}: {err}; write them with numpy.savez") \
