@@ -1,0 +1,68 @@
+"""
+Add your own optimization rule
+==============================
+
+Every layer's kernel is scheduled by the rules of its device kind and layer kind, looked up in a
+table (``tvm-hetero optimizations`` prints it). A rule is a function ``(PrimFunc, Target) ->
+PrimFunc or None``: return a scheduled function, or None to pass the kernel to the next rule.
+Here we add a rule for pooling layers on CPUs, check that it is used only for them, and that
+the model still computes what it computed.
+"""
+
+######################################################################
+# The table
+# ---------
+from tvm import s_tir
+
+import tvm_hetero as th
+from tvm_hetero import optimize
+from tvm_hetero.testing import max_relative_error
+
+for family, kind, rules in optimize.table_rows()[:7]:
+    print(f"{family:<5} {kind:<14} {', '.join(rules)}")
+
+######################################################################
+# A rule
+# ------
+# Pooling kernels: parallelize the outermost loop of the pooling block (after inlining its
+# padding), nothing else. ``s_tir.Schedule`` is TVM's scheduling API.
+used = []
+
+
+def parallel_pooling(func, target):
+    sch = s_tir.Schedule(func)
+    for block in sch.get_output_blocks(sch.get_sblock("root")):
+        loops = sch.get_loops(block)
+        if loops:
+            sch.parallel(loops[0])
+    used.append(target.kind.name)
+    return sch.mod["main"]
+
+
+optimize.register_rule("cpu", "pooling", optimize.Rule(
+    "parallel-pooling", "parallel outer loop of pooling blocks", parallel_pooling))
+
+######################################################################
+# Build with it
+# -------------
+# Only the two pooling layers of the CNN reach the rule; its output is unchanged.
+model = th.load_model("zoo:cnn")
+devices = th.DeviceSet.parse(["cpu"])
+inputs = model.random_inputs()
+reference = th.build(model, "all:cpu", devices, optimize=False).run(inputs)
+compiled = th.build(model, "all:cpu", devices)
+print(f"rule used {len(used)} times (layers: "
+      f"{[l.name for l in th.extract_layers(model) if l.kind == 'pooling']})")
+assert used == ["llvm", "llvm"]
+error = max_relative_error(compiled.run(inputs), reference)
+print(f"relative error against TVM's default loops: {error:.1e}")
+assert error < 1e-5
+
+optimize.reset_table()  # back to the defaults
+
+######################################################################
+# Summary
+# -------
+# ``optimize.register_rule(family, kind, Rule(name, description, apply))`` puts a rule first
+# for one (device kind, layer kind) pair; every build, every measured candidate and every
+# profile then uses it.
