@@ -20,7 +20,7 @@ import numpy as np
 
 from .annotate import WEIGHTS_FUNC, AnnotateDevice, used_devices
 from .devices import DeviceSet, host_target_dict
-from .errors import BuildError, DeviceError, InputError, ModelError
+from .errors import BuildError, DeviceError, InputError, ModelError, error_message
 from .frontend import InputSpec, load_model
 from .layers import extract_layers, layered_module
 from .placement import Placement
@@ -288,14 +288,14 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
                 schedule_passes(devices, optimize) + list(extra_passes or []))(annotated)
             lowered = _lower(scheduled)
     except Exception as err:
-        raise BuildError(f"lowering the placed module failed: {_last_line(err)}") from err
+        raise BuildError(f"lowering the placed module failed: {error_message(err)}") from err
     stats.lower_s = time.perf_counter() - start
 
     start = time.perf_counter()
     try:
         executable, libs = _link_per_target(lowered, host, kernel_cache)
     except Exception as err:
-        raise BuildError(f"code generation failed: {_last_line(err)}") from err
+        raise BuildError(f"code generation failed: {error_message(err)}") from err
     stats.codegen_s = time.perf_counter() - start
     logger.info("built %s for %s in %.2fs", model.name, ", ".join(devices.names), stats.total_s)
     return CompiledModel(executable, meta, devices, model.inputs, placement, libs=libs,
@@ -311,11 +311,6 @@ def _vdevice_index(vdevice, vdevices) -> int:
         if tvm_ffi.structural_equal(candidate, vdevice):
             return index
     return 0
-
-
-def _last_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else type(err).__name__
 
 
 # ----------------------------------------------------------------------------------------------
@@ -481,7 +476,7 @@ def load(path: str | os.PathLike,
     try:
         module = tvm.runtime.load_module(path)
     except Exception as err:
-        msg = _last_line(err)
+        msg = error_message(err)
         if "loader of that name is not registered" in msg:
             kind = msg.split("{", 1)[-1].split("}", 1)[0]
             raise DeviceError(f"{path} contains {kind} code, but this TVM runtime cannot load "

@@ -25,6 +25,14 @@ class InputError(HeteroError):
     """Inputs given to a compiled model do not match its input signature."""
 
 
+def error_message(err: BaseException) -> str:
+    """The meaningful line of an exception's text: TVM errors put the message last, after a
+    C++ traceback, so the last non-empty line that is not a traceback frame."""
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    message = next((ln for ln in reversed(lines) if not ln.startswith(("File ", "at "))), "")
+    return message or type(err).__name__
+
+
 def _register_with_tvm_ffi() -> None:
     """Let these errors cross TVM's FFI (e.g. out of a pass) with their own type."""
     import tvm_ffi

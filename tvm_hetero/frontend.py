@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ._native import quiet_native_stderr
-from .errors import ModelError
+from .errors import ModelError, error_message
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple[int, ...]] | None
             failure = err
     if failure is not None:
         what = name if isinstance(failure, tvm.error.OpNotImplemented) else f"ONNX model {name}"
-        message = f"cannot import {what}: {_first_line(failure)}"
+        message = f"cannot import {what}: {error_message(failure)}"
         with quiet_native_stderr():  # the failed import's builders complain when freed
             failure = None
             gc.collect()
@@ -146,13 +146,6 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple[int, ...]] | None
     inputs = [InputSpec(p.name, tuple(int(d) for d in shape_dict[src]), dtype, src)
               for p, (src, _, dtype) in zip(params, specs)]
     return Model(name, mod, inputs, onnx_model=model)
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-    # TVM errors put the message last, after a traceback
-    msg = next((ln for ln in reversed(lines) if not ln.startswith(("File ", "at "))), "")
-    return msg or type(err).__name__
 
 
 def _load_relax(mod, name: str) -> Model:
@@ -193,7 +186,7 @@ def _load_torch(program, name: str) -> Model:
     try:
         mod = from_exported_program(program, keep_params_as_input=False)
     except Exception as err:
-        raise ModelError(f"cannot import the PyTorch program: {_first_line(err)}") from None
+        raise ModelError(f"cannot import the PyTorch program: {error_message(err)}") from None
     mod = relax.transform.DecomposeOpsForInference()(mod)
     return _load_relax(mod, name)
 
@@ -257,7 +250,7 @@ def _load_onnx_file(path: str, name: str | None, input_shapes) -> Model:
         model = onnx.load(path)
         onnx.checker.check_model(model)
     except Exception as err:
-        raise ModelError(f"{path} is not a valid ONNX model: {_first_line(err)}") from None
+        raise ModelError(f"{path} is not a valid ONNX model: {error_message(err)}") from None
     if len(model.graph.node) == 0:
         raise ModelError(f"{path} is not a valid ONNX model: its graph has no nodes")
     stem = os.path.splitext(os.path.basename(path))[0]

@@ -2,7 +2,7 @@
 weights them for the task at hand.
 
 - compute rate: GFLOP/s of a 256x256x256 float32 matmul compiled for the device with the rules
-  tvm_hetero builds layers with, measured on it;
+  tvm_hetero builds matmul layers with (the optimization table), measured on it;
 - memory: the user's cap when given, else the device's total memory (host RAM for CPUs);
 - bandwidth: GB/s of copies to and from the first device of the set (for the first device
   itself: from the second), fitted over several sizes.
@@ -88,7 +88,10 @@ def measure_gflops(device: Device, n: int = MATMUL_N) -> float:
     b = te.placeholder((n, n), "float32", name="B")
     k = te.reduce_axis((0, n), name="k")
     c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
-    func = te.create_prim_func([a, b, c])
+    from .layers import OP_KINDS_ATTR
+
+    # tagged as a matmul layer: scheduled by the same rules as the model's matmul layers
+    func = te.create_prim_func([a, b, c]).with_attr(OP_KINDS_ATTR, ["matmul"])
     ms = time_kernel(kernel_for(func, device), func, device)
     return 2.0 * n**3 / (ms * 1e-3) / 1e9
 

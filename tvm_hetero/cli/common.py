@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -70,16 +69,6 @@ def print_json(data) -> None:
     sys.stdout.write("\n")
 
 
-@contextlib.contextmanager
-def quiet_native_warnings(enabled: bool = True):
-    """Silence TVM's native warnings ("Scope Saving: ...") written straight to fd 2 while
-    exporting and loading executables; failures still arrive as exceptions."""
-    from .._native import quiet_native_stderr
-
-    with quiet_native_stderr(enabled):
-        yield
-
-
 def output_path(path: str) -> str:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
@@ -89,4 +78,4 @@ def output_path(path: str) -> str:
 
 __all__ = ["add_device_args", "add_memory_args", "add_model_args", "load_cli_model",
            "output_path", "parse_devices", "parse_input_shapes", "parse_memory", "print_json",
-           "quiet_native_warnings"]
+           ]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ..errors import PlacementError
+from .._native import quiet_native_stderr
 from .common import (add_device_args, add_memory_args, add_model_args, load_cli_model,
-                     output_path, parse_devices, print_json, quiet_native_warnings)
+                     output_path, parse_devices, print_json)
 
 
 def register(subparsers) -> None:
@@ -48,7 +49,7 @@ def run(args) -> int:
         raise PlacementError("placement exceeds memory caps: " + "; ".join(
             f"{d} needs {format_bytes(n)} > {format_bytes(c)}" for d, n, c in exceeded))
     compiled = build(model, placement, devices)
-    with quiet_native_warnings():
+    with quiet_native_stderr():  # TVM's "Scope Saving" chatter
         compiled.export_library(args.output)
     if args.save_placement:
         placement.save(output_path(args.save_placement), devices)

@@ -7,7 +7,8 @@ import os
 import numpy as np
 
 from ..errors import InputError
-from .common import add_device_args, output_path, print_json, quiet_native_warnings
+from .._native import quiet_native_stderr
+from .common import add_device_args, output_path, print_json
 
 
 def register(subparsers) -> None:
@@ -49,7 +50,7 @@ def run(args) -> int:
         raise InputError("--repeat must be >= 1 and --warmup >= 0")
     if args.output:
         output_path(args.output)
-    with quiet_native_warnings():
+    with quiet_native_stderr():  # TVM's "Scope Saving" chatter
         compiled = load(args.library, args.devices)
     compiled.devices.check_runtime()
     if args.inputs:

@@ -11,6 +11,7 @@ import os
 import time
 from abc import ABC, abstractmethod
 
+from ..errors import error_message
 from ..placement import Placement
 from . import worker
 from .result import BuildResult, ErrorKind
@@ -34,9 +35,8 @@ class Builder(ABC):
 
 
 def _error_text(err: BaseException) -> str:
-    text = str(err).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:2000]
+    """A candidate's failure as one line: the exception type and its message."""
+    return f"{type(err).__name__}: {error_message(err)}"[:2000]
 
 
 class LocalBuilder(Builder):
