@@ -64,7 +64,7 @@ class Database:
 
     @staticmethod
     def key(placement: Placement) -> str:
-        return json.dumps(placement.assignment, sort_keys=True)
+        return placement.key()
 
     def _load(self) -> None:
         if not os.path.exists(self.path):

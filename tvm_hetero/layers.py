@@ -358,6 +358,11 @@ def _layer_kind(func, kinds: list[str]) -> str:
     return "other"
 
 
+def kernel_kind(func, name: str = "") -> str:
+    """The layer kind (one of ``LAYER_KINDS``) of a layer's PrimFunc."""
+    return _layer_kind(func, _op_kinds_of(func, name))
+
+
 def extract_layers(mod) -> list[Layer]:
     """The operator-level layers of a model, in program order.
 

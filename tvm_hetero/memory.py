@@ -49,6 +49,12 @@ def over_cap(layers, placement: Placement, devices: DeviceSet) -> list[tuple[str
     return out
 
 
+def describe_over_cap(exceeded: list[tuple[str, int, int]]) -> str:
+    """``over_cap``'s result as one line."""
+    return "; ".join(f"{device} needs {format_bytes(needed)} > cap {format_bytes(cap)}"
+                     for device, needed, cap in exceeded)
+
+
 def fits(layers, placement: Placement, devices: DeviceSet) -> bool:
     return not over_cap(layers, placement, devices)
 

@@ -55,6 +55,10 @@ class Placement:
     def __hash__(self) -> int:
         return hash(tuple(sorted(self.assignment.items())))
 
+    def key(self) -> str:
+        """Canonical JSON of the assignment: equal placements, equal keys."""
+        return json.dumps(self.assignment, sort_keys=True)
+
     @property
     def devices_used(self) -> list[str]:
         return sorted(set(self.assignment.values()))

@@ -38,11 +38,15 @@ def parse_devices(args):
     return DeviceSet.parse(args.devices, memory=parse_memory(getattr(args, "memory", [])))
 
 
-def add_model_args(parser) -> None:
-    parser.add_argument("model", help="zoo:NAME (zoo:mlp, zoo:cnn, zoo:resnet, zoo:transformer) "
-                                      "or a path to an .onnx file")
+def add_input_shape_arg(parser) -> None:
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
                         help="static shape for a dynamic model input, repeatable")
+
+
+def add_model_args(parser) -> None:
+    parser.add_argument("model", help="zoo:NAME (zoo:mlp, zoo:cnn, zoo:vgg, zoo:resnet, "
+                                      "zoo:transformer) or a path to an .onnx file")
+    add_input_shape_arg(parser)
 
 
 def parse_input_shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
@@ -76,6 +80,6 @@ def output_path(path: str) -> str:
     return path
 
 
-__all__ = ["add_device_args", "add_memory_args", "add_model_args", "load_cli_model",
-           "output_path", "parse_devices", "parse_input_shapes", "parse_memory", "print_json",
-           ]
+__all__ = ["add_device_args", "add_input_shape_arg", "add_memory_args", "add_model_args",
+           "load_cli_model", "output_path", "parse_devices", "parse_input_shapes",
+           "parse_memory", "print_json"]

@@ -31,7 +31,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from ..build import build
     from ..layers import extract_layers
-    from ..memory import format_bytes, over_cap
+    from ..memory import describe_over_cap, over_cap
     from ..placement import Placement
 
     devices = parse_devices(args)
@@ -46,8 +46,7 @@ def run(args) -> int:
     placement.validate(layers, devices)
     exceeded = over_cap(layers, placement, devices)
     if exceeded:
-        raise PlacementError("placement exceeds memory caps: " + "; ".join(
-            f"{d} needs {format_bytes(n)} > {format_bytes(c)}" for d, n, c in exceeded))
+        raise PlacementError(f"placement exceeds memory caps: {describe_over_cap(exceeded)}")
     compiled = build(model, placement, devices)
     with quiet_native_stderr():  # TVM's "Scope Saving" chatter
         compiled.export_library(args.output)

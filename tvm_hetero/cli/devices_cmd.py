@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .common import (add_device_args, add_memory_args, load_cli_model, parse_devices,
-                     print_json)
+from .common import (add_device_args, add_input_shape_arg, add_memory_args, load_cli_model,
+                     parse_devices, print_json)
 
 
 def register(subparsers) -> None:
@@ -16,8 +16,7 @@ def register(subparsers) -> None:
     add_memory_args(parser)
     parser.add_argument("--model", help="weight the score for this model (default: equal "
                                         "weights)")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
-                        help="static shape for a dynamic input of --model, repeatable")
+    add_input_shape_arg(parser)
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
     parser.set_defaults(func=run)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .common import (add_device_args, add_memory_args, load_cli_model, output_path,
-                     parse_devices, print_json)
+from .common import (add_device_args, add_input_shape_arg, add_memory_args, load_cli_model,
+                     output_path, parse_devices, print_json)
 
 
 def register(subparsers) -> None:
@@ -14,8 +14,7 @@ def register(subparsers) -> None:
                     "far per strategy).")
     parser.add_argument("records", help="the records file written by `tune`")
     parser.add_argument("--model", required=True, help="the model the records are of")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
-                        help="static shape for a dynamic model input, repeatable")
+    add_input_shape_arg(parser)
     add_device_args(parser)
     add_memory_args(parser)
     parser.add_argument("--output", "-o", required=True, help="directory to write into")

@@ -7,7 +7,7 @@ import logging
 import os
 from typing import Iterable
 
-from ..memory import format_bytes, over_cap
+from ..memory import describe_over_cap, over_cap
 from ..placement import Placement
 from .builder import Builder, LocalBuilder, placement_key
 from .result import BuildResult, ErrorKind, MeasureResult
@@ -69,10 +69,8 @@ class Measurer:
                 seen[key] = index
                 exceeded = over_cap(self.task.layers, placement, self.task.devices)
                 if exceeded:
-                    message = "; ".join(f"{d} needs {format_bytes(n)} > cap {format_bytes(c)}"
-                                        for d, n, c in exceeded)
                     results[index] = self._commit(placement, MeasureResult(
-                        ErrorKind.MEMORY_EXCEEDED, message=message), tags)
+                        ErrorKind.MEMORY_EXCEEDED, message=describe_over_cap(exceeded)), tags)
                 else:
                     todo.append((index, placement))
         if todo:

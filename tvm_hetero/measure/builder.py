@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import json
 import logging
 import os
 import time
@@ -22,8 +21,7 @@ logger = logging.getLogger(__name__)
 
 def placement_key(placement: Placement) -> str:
     """A short stable hash of a placement (file names, record keys)."""
-    body = json.dumps(placement.assignment, sort_keys=True)
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
+    return hashlib.sha256(placement.key().encode()).hexdigest()[:16]
 
 
 class Builder(ABC):

@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable
 
-from ..layers import LAYER_KINDS, OP_KINDS_ATTR, _layer_kind, _op_kinds_of
+from ..layers import LAYER_KINDS, OP_KINDS_ATTR, kernel_kind
 from .cpu import parallel_loops
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def _family(target) -> str:
 
 def optimize_function(func, target):
     """Schedule one kernel by the table; returns (func, rule name or None)."""
-    kind = _layer_kind(func, _op_kinds_of(func, ""))
+    kind = kernel_kind(func)
     for rule in rules_for(_family(target), kind):
         try:
             scheduled = rule.apply(func, target)
