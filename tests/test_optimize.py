@@ -46,7 +46,7 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
     rows = optimize.table_rows()
     assert {(f, k) for f, k, _ in rows} == {(f, k) for f in optimize.FAMILIES
                                            for k in LAYER_KINDS}
-    assert dict(((f, k), names) for f, k, names in rows)[("cpu", "conv2d")] == ["parallel-loops"]
+    assert dict(((f, k), names) for f, k, names in rows)[("cpu", "conv2d")] == ["tiled", "parallel-loops"]
     seen = []
 
     def mark(func, target):
@@ -91,4 +91,4 @@ def test_optimizations_cli_json(capsys):
     assert main(["optimizations", "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert {"family": "cpu", "kind": "matmul",
-            "rules": ["dlight.cpu.GEMV", "parallel-loops"]} in table
+            "rules": ["tiled", "dlight.cpu.GEMV", "parallel-loops"]} in table

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..layers import LAYER_KINDS, OP_KINDS_ATTR, kernel_kind
-from .cpu import parallel_loops
+from .cpu import parallel_loops, tiled_reduction
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,8 @@ def _gpu_rules() -> list[Rule]:
 PARALLEL = Rule("parallel-loops", "inline injective blocks; outer spatial loops fused and "
                 "parallel, innermost spatial loop innermost (vectorized by LLVM)",
                 parallel_loops)
+TILED = Rule("tiled", "register tiles of output rows x vector lanes accumulated over the "
+              "whole reduction; epilogue computed per tile; parallel tiles", tiled_reduction)
 CPU_GEMV = Rule("dlight.cpu.GEMV", "TVM dlight CPU rule for matrix-vector products",
                 _dlight("GEMV", "cpu"))
 CPU_REDUCTION = Rule("dlight.cpu.Reduction", "TVM dlight CPU rule for reductions",
@@ -76,9 +78,9 @@ def _defaults() -> None:
         _TABLE[("cpu", kind)] = [PARALLEL]
         _TABLE[("cuda", kind)] = _gpu_rules()
         _TABLE[("other", kind)] = _gpu_rules()
-    _TABLE[("cpu", "matmul")] = [CPU_GEMV, PARALLEL]
+    _TABLE[("cpu", "conv2d")] = [TILED, PARALLEL]
+    _TABLE[("cpu", "matmul")] = [TILED, CPU_GEMV, PARALLEL]
     _TABLE[("cpu", "reduction")] = [PARALLEL, CPU_REDUCTION]
-    _TABLE[("cpu", "normalization")] = [PARALLEL, CPU_REDUCTION]
 
 
 _defaults()

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 
+from ..layers import kernel_kind
+
 logger = logging.getLogger(__name__)
 
 MIN_PARALLEL_EXTENT = 2
@@ -69,3 +71,124 @@ def parallel_loops(func, target):
             sch.parallel(outer)
             changed = True
     return sch.mod["main"] if changed else None
+
+
+# Register tile of the tiled rule: rows of the output held in vector registers at once
+# (channels of a convolution, rows of a matmul) times vector lanes along the contiguous axis.
+# 16 x 16 fp32 is 16 AVX-512 accumulators (or 32 AVX2 ones), measured best on the ResNet-50
+# convolutions among 8x16, 16x8, 32x8 and 8x32 (docs/design.md).
+TILE_ROWS = 16
+TILE_LANES = 16
+
+
+def _largest_divisor(extent: int, at_most: int) -> int:
+    return max(d for d in range(1, min(extent, at_most) + 1) if extent % d == 0)
+
+
+def _walks_contiguously(block, lane_var) -> bool:
+    """True when every buffer `block` reads or writes is indexed by `lane_var` only in its
+    last (contiguous) dimension, or not at all: vector loads, never gathers."""
+    from tvm.tirx.analysis import undefined_vars
+
+    for region in list(block.reads) + list(block.writes):
+        for dim, extent_range in enumerate(region.region[:-1]):
+            del dim
+            if any(v.same_as(lane_var) for v in undefined_vars(extent_range.min)):
+                return False
+    return True
+
+
+def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES):
+    """Register-tile the one reduction block of a convolution or matmul kernel.
+
+    The output is cut into ``rows x lanes`` tiles (output channels x output columns for a
+    convolution, rows x columns for a matmul). Each tile accumulates in registers over the
+    whole reduction: loops ``outer spatial (parallel), tile columns, reduction..., rows
+    (unrolled), lanes (vectorized)``, so the innermost statement is one vector load of the
+    input, one broadcast of a weight and one fused multiply-add per row. The epilogue
+    (bias, batch norm, activation, residual add) is inlined into one block computed per tile
+    right after it, while the tile is still in cache; padding and other prologue blocks are
+    computed first, in parallel. Tile sizes are the largest divisors of the extents up to
+    `rows` and `lanes`, so no tile has a ragged edge. A matrix-vector product with the
+    weight laid out ``[reduction, output]`` (one spatial axis) gets ``4 * lanes`` lanes and
+    no rows: it streams the weight row by row.
+
+    Returns None when the kernel is not one reduction block, or when its innermost output
+    axis does not walk every operand contiguously (a ``[output, reduction]`` weight: dlight's
+    GEMV rule fits that one).
+    """
+    from tvm import s_tir
+    from tvm.s_tir.dlight.analysis import normalize_prim_func
+
+    del target
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    if infos is None:
+        return None
+    reductions = [i for i, info in enumerate(infos) if any(it.kind == "R" for it in info.iters)]
+    if len(reductions) != 1:
+        return None
+    main_index = reductions[0]
+    main = infos[main_index]
+    kinds = [it.kind for it in main.iters]
+    loops = sch.get_loops(main.block_rv)
+    if len(loops) != len(kinds) or kinds != sorted(kinds, key=lambda k: k != "S"):
+        return None  # spatial loops first, then reductions: normalize_prim_func's order
+    spatial = [loop for loop, kind in zip(loops, kinds) if kind == "S"]
+    reduction = [loop for loop, kind in zip(loops, kinds) if kind == "R"]
+    if not spatial or any(_extent(sch, loop) is None for loop in loops):
+        return None
+    block = sch.get(main.block_rv)
+    lane_var = block.iter_vars[len(spatial) - 1].var
+    if not _walks_contiguously(block, lane_var):
+        return None
+    lane_loop = spatial[-1]
+    if len(spatial) == 1:
+        row_inner = None
+        lane_outer, lane_inner = sch.split(lane_loop, [None, _largest_divisor(
+            _extent(sch, lane_loop), 4 * lanes)])
+        outer = []
+    else:
+        convolution = kernel_kind(func) == "conv2d"
+        row_axis = len(spatial) - (3 if convolution and len(spatial) >= 3 else 2)
+        row_loop = spatial[row_axis]
+        row_outer, row_inner = sch.split(row_loop, [None, _largest_divisor(
+            _extent(sch, row_loop), rows)])
+        lane_outer, lane_inner = sch.split(lane_loop, [None, _largest_divisor(
+            _extent(sch, lane_loop), lanes)])
+        outer = spatial[:row_axis] + [row_outer] + spatial[row_axis + 1:-1]
+    inner = [row_inner, lane_inner] if row_inner is not None else [lane_inner]
+    sch.reorder(*outer, lane_outer, *reduction, *inner)
+
+    # Epilogue: inline what can be inlined; what is left and reads the reduction's output
+    # (the kernel's outputs) is computed per tile; unrelated blocks (a dropout mask) stay apart.
+    output = block.writes[0].source
+    epilogue, apart = [], [info.block_rv for info in infos[:main_index]]
+    for block_rv in [info.block_rv for info in infos[main_index + 1:]]:
+        try:
+            sch.compute_inline(block_rv)
+        except s_tir.ScheduleError:
+            epilogue.append(block_rv)
+    for block_rv in epilogue:
+        reads = [region.source for region in sch.get(block_rv).reads]
+        if any(buffer.same_as(output) for buffer in reads):
+            sch.reverse_compute_at(block_rv, lane_outer)
+            sch.vectorize(sch.get_loops(block_rv)[-1])
+        else:
+            apart.append(block_rv)
+    outer.append(lane_outer) if not outer else None
+    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    if row_inner is not None:
+        sch.unroll(row_inner)
+    sch.vectorize(lane_inner)
+    sch.parallel(fused)
+    init = sch.decompose_reduction(main.block_rv, reduction[0])
+    sch.vectorize(sch.get_loops(init)[-1])
+
+    for block_rv in apart:  # padding and other blocks: parallel outer loops
+        apart_loops = sch.get_loops(block_rv)
+        if len(apart_loops) > 1:
+            sch.parallel(sch.fuse(*apart_loops[:-1]))
+        elif apart_loops:
+            sch.parallel(apart_loops[0])
+    return sch.mod["main"]
