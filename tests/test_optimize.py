@@ -46,7 +46,8 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
     rows = optimize.table_rows()
     assert {(f, k) for f, k, _ in rows} == {(f, k) for f in optimize.FAMILIES
                                            for k in LAYER_KINDS}
-    assert dict(((f, k), names) for f, k, names in rows)[("cpu", "conv2d")] == ["tiled", "parallel-loops"]
+    by_pair = dict(((f, k), names) for f, k, names in rows)
+    assert by_pair[("cpu", "conv2d")] == ["tiled", "parallel-loops"]
     seen = []
 
     def mark(func, target):
