@@ -98,7 +98,8 @@ def _walks_contiguously(block, lane_var) -> bool:
     return True
 
 
-def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES):
+def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES,
+                    cols: int | None = None):
     """Register-tile the one reduction block of a convolution or matmul kernel.
 
     The output is cut into ``rows x lanes`` tiles (output channels x output columns for a
@@ -151,13 +152,24 @@ def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES
     else:
         convolution = kernel_kind(func) == "conv2d"
         row_axis = len(spatial) - (3 if convolution and len(spatial) >= 3 else 2)
+        if cols is None:  # narrow outputs: two output rows per tile share each weight load
+            narrow = convolution and (_extent(sch, lane_loop) or 0) <= lanes
+            rows, cols = (rows // 2, 2) if narrow else (rows, 1)
         row_loop = spatial[row_axis]
         row_outer, row_inner = sch.split(row_loop, [None, _largest_divisor(
             _extent(sch, row_loop), rows)])
         lane_outer, lane_inner = sch.split(lane_loop, [None, _largest_divisor(
             _extent(sch, lane_loop), lanes)])
         outer = spatial[:row_axis] + [row_outer] + spatial[row_axis + 1:-1]
+        col_inner = None
+        if cols > 1 and row_axis < len(spatial) - 2:
+            col_loop = spatial[-2]
+            col_outer, col_inner = sch.split(col_loop, [None, _largest_divisor(
+                _extent(sch, col_loop), cols)])
+            outer = outer[:-1] + [col_outer]
     inner = [row_inner, lane_inner] if row_inner is not None else [lane_inner]
+    if row_inner is not None and col_inner is not None:
+        inner = [row_inner, col_inner, lane_inner]
     sch.reorder(*outer, lane_outer, *reduction, *inner)
 
     # Epilogue: inline what can be inlined; what is left and reads the reduction's output
@@ -178,8 +190,8 @@ def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES
             apart.append(block_rv)
     outer.append(lane_outer) if not outer else None
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    if row_inner is not None:
-        sch.unroll(row_inner)
+    for loop in inner[:-1]:
+        sch.unroll(loop)
     sch.vectorize(lane_inner)
     sch.parallel(fused)
     init = sch.decompose_reduction(main.block_rv, reduction[0])
