@@ -614,6 +614,40 @@ def _(d, s):
 
 
 # ----------------------------------------------------------------------------------------------
+# tuning options
+
+
+@bad_input("tune-trials-without-db", "--tune-trials needs --tuning-db")
+def _(d, s):
+    return _compile("zoo:mlp", "all:cpu", str(d / "m.so"), "--tune-trials", "8")
+
+
+@bad_input("tune-trials-negative", "--tune-trials must be >= 0")
+def _(d, s):
+    return _compile("zoo:mlp", "all:cpu", str(d / "m.so"), "--tune-trials", "-1",
+                    "--tuning-db", str(d / "db"))
+
+
+@bad_input("tuning-db-empty", "holds no tuned kernel")
+def _(d, s):
+    (d / "db").mkdir()
+    return _compile("zoo:mlp", "all:cpu", str(d / "m.so"), "--tuning-db", str(d / "db"))
+
+
+@bad_input("tuning-db-is-a-file", "is not a directory")
+def _(d, s):
+    (d / "db").write_text("x")
+    return _compile("zoo:mlp", "all:cpu", str(d / "m.so"), "--tuning-db", str(d / "db"))
+
+
+@bad_input("tuning-db-corrupt-choices", "unreadable tuning database")
+def _(d, s):
+    (d / "db").mkdir()
+    (d / "db" / "choices.json").write_text('{"format": "tvm_hetero.tuning_choices", "kern')
+    return _compile("zoo:mlp", "all:cpu", str(d / "m.so"), "--tuning-db", str(d / "db"))
+
+
+# ----------------------------------------------------------------------------------------------
 # the checks
 
 

@@ -93,3 +93,44 @@ def test_optimizations_cli_json(capsys):
     table = json.loads(capsys.readouterr().out)
     assert {"family": "cpu", "kind": "matmul",
             "rules": ["tiled", "dlight.cpu.GEMV", "parallel-loops"]} in table
+
+
+def test_convolutions_and_matmuls_get_the_tiled_rule(cpu_devices):
+    model = th.load_model(light_model("bvlc_alexnet"), name="bvlc_alexnet")
+    rules = th.build(model, "all:cpu", cpu_devices).stats.rules
+    convs = [k for k in rules if k.startswith("fused_conv2d")]
+    matmuls = [k for k in rules if k.startswith("fused_matmul")]
+    assert len(convs) == 5 and len(matmuls) == 3  # the dense layers: [K, N] weights, batch 1
+    assert all(rules[k] == "tiled" for k in convs + matmuls), rules
+
+
+def test_tiled_declines_a_weight_it_would_gather():
+    import tvm
+    from tvm.script import tirx as T
+
+    from tvm_hetero.optimize.cpu import tiled_reduction
+
+    @T.prim_func(private=True, s_tir=True)
+    def dense_nt(x: T.Buffer((8, 64), "float32"), w: T.Buffer((32, 64), "float32"),
+                 y: T.Buffer((8, 32), "float32")):
+        for i, j, k in T.grid(8, 32, 64):
+            with T.sblock("dense"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    y[vi, vj] = T.float32(0)
+                y[vi, vj] = y[vi, vj] + x[vi, vk] * w[vj, vk]
+
+    target = tvm.target.Target({"kind": "llvm"})
+    assert tiled_reduction(dense_nt, target) is None  # lanes along j would stride through w
+
+    @T.prim_func(private=True, s_tir=True)
+    def dense_nn(x: T.Buffer((8, 64), "float32"), w: T.Buffer((64, 32), "float32"),
+                 y: T.Buffer((8, 32), "float32")):
+        for i, j, k in T.grid(8, 32, 64):
+            with T.sblock("dense"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    y[vi, vj] = T.float32(0)
+                y[vi, vj] = y[vi, vj] + x[vi, vk] * w[vk, vj]
+
+    assert "T.vectorized" in tiled_reduction(dense_nn, target).script()

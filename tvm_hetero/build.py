@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from .errors import BuildError, DeviceError, InputError, ModelError, error_messa
 from .frontend import InputSpec, load_model
 from .layers import extract_layers, layered_module
 from .placement import Placement
+
+if TYPE_CHECKING:
+    from .optimize.tuning import TuningDatabase
 
 logger = logging.getLogger(__name__)
 
@@ -43,20 +46,22 @@ def _import_tvm():
 # build
 
 
-def schedule_passes(devices: DeviceSet, optimize: bool = True) -> list:
+def schedule_passes(devices: DeviceSet, optimize: bool = True, tuning=None,
+                    chosen: dict | None = None) -> list:
     """Per-target scheduling of the placed kernels.
 
     With `optimize` (the default) every kernel is scheduled by the optimization table's rules
     for its own device (:mod:`tvm_hetero.optimize`). Without it CPU kernels keep TVM's default
     loops; GPU kernels are always scheduled (dlight's GPU rules), since an unscheduled GPU
-    kernel silently becomes host code.
+    kernel silently becomes host code. `tuning` (a TuningDatabase) gives tuned kernels their
+    tuned schedule; `chosen` collects ``{kernel: rule}``.
     """
     from tvm.s_tir import dlight as dl
 
     from .optimize import OptimizeLayers
 
     if optimize:
-        return [OptimizeLayers()]
+        return [OptimizeLayers(tuning, chosen)]
     passes = []
     if any(dev.family != "cpu" for dev in devices):
         passes.append(dl.ApplyDefaultSchedule(
@@ -211,6 +216,8 @@ class BuildStats:
     annotate_s: float = 0.0
     lower_s: float = 0.0
     codegen_s: float = 0.0
+    # kernel -> the optimization that scheduled it ("meta-schedule" when tuned, None: none)
+    rules: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def total_s(self) -> float:
@@ -219,7 +226,8 @@ class BuildStats:
 
 def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[str],
           *, extra_passes: Sequence | None = None,
-          kernel_cache: KernelCache | None = None, optimize: bool = True) -> "CompiledModel":
+          kernel_cache: KernelCache | None = None, optimize: bool = True,
+          tuning_db: "str | os.PathLike | TuningDatabase | None" = None) -> "CompiledModel":
     """Build a model with its layers placed on devices into one executable.
 
     Parameters
@@ -236,6 +244,9 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     optimize : bool
         Schedule each kernel by the optimization table for its device (default True; False
         keeps TVM's default CPU loops, for reference builds).
+    tuning_db : str or TuningDatabase, optional
+        A tuning directory (:func:`tvm_hetero.tune_kernels`): kernels tuned there for their
+        device, and measured faster than the rules, take their tuned schedule.
     kernel_cache : KernelCache, optional
         Reuse kernels compiled by earlier builds (a search's builder passes one); the per-target
         libraries (``CompiledModel.libs``) are then not assembled.
@@ -282,10 +293,17 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
 
     start = time.perf_counter()
     host = tvm.target.Target(host_target_dict())
+    tuning = None
+    if tuning_db is not None:
+        from .optimize.tuning import TuningDatabase
+
+        tuning = tuning_db if isinstance(tuning_db, TuningDatabase) else TuningDatabase(
+            tuning_db)
     try:
         with host:
             scheduled = tvm.transform.Sequential(
-                schedule_passes(devices, optimize) + list(extra_passes or []))(annotated)
+                schedule_passes(devices, optimize, tuning, stats.rules)
+                + list(extra_passes or []))(annotated)
             lowered = _lower(scheduled)
     except Exception as err:
         raise BuildError(f"lowering the placed module failed: {error_message(err)}") from err

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import PlacementError
+from ..errors import HeteroError, PlacementError
 from .._native import quiet_native_stderr
 from .common import (add_device_args, add_memory_args, add_model_args, load_cli_model,
                      output_path, parse_devices, print_json)
@@ -24,6 +24,14 @@ def register(subparsers) -> None:
     parser.add_argument("--output", "-o", required=True, help="the library to write (.so)")
     parser.add_argument("--save-placement", metavar="PATH",
                         help="also write the placement used as JSON (default: not written)")
+    parser.add_argument("--tune-trials", type=int, default=0, metavar="N",
+                        help="MetaSchedule trials per device for the placement's kernels "
+                             "(default: 0, the optimization table's rules only); needs "
+                             "--tuning-db")
+    parser.add_argument("--tuning-db", metavar="DIR",
+                        help="tuning database directory: kernels tuned there are reused, new "
+                             "ones tuned into it; a kernel takes its tuned schedule only where "
+                             "that measured faster than the rules (default: none)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary")
     parser.set_defaults(func=run)
 
@@ -32,6 +40,7 @@ def run(args) -> int:
     from ..build import build
     from ..layers import extract_layers
     from ..memory import describe_over_cap, over_cap
+    from ..optimize import TUNED
     from ..placement import Placement
 
     devices = parse_devices(args)
@@ -47,7 +56,28 @@ def run(args) -> int:
     exceeded = over_cap(layers, placement, devices)
     if exceeded:
         raise PlacementError(f"placement exceeds memory caps: {describe_over_cap(exceeded)}")
-    compiled = build(model, placement, devices)
+    tuning = None
+    if args.tune_trials < 0:
+        raise HeteroError(f"--tune-trials must be >= 0, got {args.tune_trials}")
+    if args.tune_trials and not args.tuning_db:
+        raise HeteroError("--tune-trials needs --tuning-db DIR (where the tuned kernels are "
+                          "kept and reused)")
+    if args.tuning_db:
+        from ..optimize.tuning import TuningDatabase, tune_kernels
+
+        tuning = TuningDatabase(args.tuning_db)
+        if args.tune_trials:
+            summary = tune_kernels(model, placement, devices, args.tune_trials, tuning,
+                                   progress=None if args.json else print)
+            if not args.json:
+                faster = sum(1 for c in summary.choices if c.use_tuned)
+                print(f"tuning: {summary.tuned} kernels tuned, {summary.reused} reused from "
+                      f"{args.tuning_db}; {faster} of {len(summary.choices)} faster than the "
+                      f"rules ({summary.seconds:.0f} s)")
+        elif not len(tuning):
+            raise HeteroError(f"tuning database {args.tuning_db} holds no tuned kernel (give "
+                              "--tune-trials N to tune into it)")
+    compiled = build(model, placement, devices, tuning_db=tuning)
     with quiet_native_stderr():  # TVM's "Scope Saving" chatter
         compiled.export_library(args.output)
     if args.save_placement:
@@ -55,7 +85,8 @@ def run(args) -> int:
     counts = {name: sum(1 for d in placement.assignment.values() if d == name)
               for name in devices.names}
     summary = {"output": args.output, "model": model.name, "devices": devices.names,
-               "layers_per_device": counts, "build_seconds": round(compiled.stats.total_s, 3)}
+               "layers_per_device": counts, "build_seconds": round(compiled.stats.total_s, 3),
+               "tuned_kernels": sum(1 for r in compiled.stats.rules.values() if r == TUNED)}
     if args.json:
         print_json(summary)
     else:

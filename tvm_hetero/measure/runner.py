@@ -35,14 +35,23 @@ class LocalRunner(Runner):
         Untimed calls first, then timed measurements (defaults 2 and 5).
     min_repeat_ms : float
         Each measurement repeats the call until it lasts this long (default 50 ms).
+    screen : float or None
+        A candidate whose checking call takes longer than `screen` times the fastest
+        candidate this runner has measured for the task is timed by one more call instead of
+        the warm-up and repeats: it cannot win, and on a slow device those repeats are most of
+        a search's time (default 3; None times every candidate fully).
     """
 
     def __init__(self, timeout_s: float = 120.0, warmup: int = 2, repeat: int = 5,
-                 min_repeat_ms: float = 50.0):
+                 min_repeat_ms: float = 50.0, screen: float | None = 3.0):
+        if screen is not None and screen < 1:
+            raise ValueError(f"screen must be >= 1 (or None), got {screen}")
         self.timeout_s = timeout_s
         self.warmup = warmup
         self.repeat = repeat
         self.min_repeat_ms = min_repeat_ms
+        self.screen = screen
+        self._best_ms: dict[str, float] = {}  # task work directory -> fastest median seen
         self._pool = None
 
     def _executor(self):
@@ -59,9 +68,11 @@ class LocalRunner(Runner):
         if build.error != ErrorKind.NONE:
             return MeasureResult(build.error, message=build.message, build_s=build.build_s)
         start = time.perf_counter()
+        best = self._best_ms.get(task.workdir)
+        slow_ms = best * self.screen if best is not None and self.screen is not None else None
         future = self._executor().submit(
             worker.run_candidate, build.artifact, task.devices.to_json(), task.inputs_file,
-            task.reference_file, self.warmup, self.repeat, self.min_repeat_ms)
+            task.reference_file, self.warmup, self.repeat, self.min_repeat_ms, slow_ms)
         try:
             out = future.result()
         except TimeoutError:
@@ -80,5 +91,9 @@ class LocalRunner(Runner):
                                  max_error=out["max_error"],
                                  message=f"outputs differ from the reference: relative error "
                                          f"{out['max_error']:.3g}")
-        return MeasureResult(ErrorKind.NONE, out["latencies_ms"], build_s=build.build_s,
-                             run_s=run_s, max_error=out["max_error"])
+        result = MeasureResult(ErrorKind.NONE, out["latencies_ms"], build_s=build.build_s,
+                               run_s=run_s, max_error=out["max_error"])
+        if not out.get("screened"):
+            self._best_ms[task.workdir] = min(result.median_ms,
+                                              self._best_ms.get(task.workdir, float("inf")))
+        return result

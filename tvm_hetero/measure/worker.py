@@ -58,8 +58,12 @@ def build_candidate(model_file: str, input_shapes: dict, devices_json: list,
 
 
 def run_candidate(lib_path: str, devices_json: list, inputs_file: str, reference_file: str,
-                  warmup: int, repeat: int, min_repeat_ms: float) -> dict[str, Any]:
-    """Load a built library, check its outputs against the reference, time it."""
+                  warmup: int, repeat: int, min_repeat_ms: float,
+                  slow_ms: float | None = None) -> dict[str, Any]:
+    """Load a built library, check its outputs against the reference, time it.
+
+    When the checking call alone took longer than `slow_ms`, the candidate is timed by one
+    more call instead of `warmup` + `repeat` measurements (``"screened": True``)."""
     from ..build import load
     from ..devices import DeviceSet
     from .task import outputs_match
@@ -70,10 +74,17 @@ def run_candidate(lib_path: str, devices_json: list, inputs_file: str, reference
         inputs = {key: data[key] for key in data.files}
     with np.load(reference_file, allow_pickle=False) as data:
         reference = [data[f"arr_{i}"] for i in range(len(data.files))]
+    start = time.perf_counter()
     outputs = compiled.run(inputs)
+    check_ms = (time.perf_counter() - start) * 1e3
     ok, max_error = outputs_match(outputs, reference)
     if not ok:
         return {"ok": False, "max_error": max_error, "latencies_ms": []}
-    latency = compiled.benchmark(inputs, warmup=warmup, repeat=repeat,
-                                 min_repeat_ms=min_repeat_ms)
-    return {"ok": True, "max_error": max_error, "latencies_ms": latency.results}
+    screened = slow_ms is not None and check_ms > slow_ms
+    if screened:
+        latency = compiled.benchmark(inputs, warmup=0, repeat=1, min_repeat_ms=0)
+    else:
+        latency = compiled.benchmark(inputs, warmup=warmup, repeat=repeat,
+                                     min_repeat_ms=min_repeat_ms)
+    return {"ok": True, "max_error": max_error, "latencies_ms": latency.results,
+            "screened": screened}

@@ -133,8 +133,17 @@ def optimize_function(func, target):
     return func, None
 
 
-def OptimizeLayers():  # noqa: N802 (TVM pass style)
-    """A module pass scheduling every PrimFunc that has a target by its (family, kind) rules."""
+def OptimizeLayers(tuning=None, chosen: dict | None = None):  # noqa: N802 (TVM pass style)
+    """A module pass scheduling every PrimFunc that has a target by its (family, kind) rules.
+
+    Parameters
+    ----------
+    tuning : TuningDatabase, optional
+        Kernels tuned there (and measured faster than the rules) take their tuned schedule.
+    chosen : dict, optional
+        Filled with ``{kernel name: rule name}`` (``"meta-schedule"`` for tuned kernels,
+        None where TVM's default loops stay).
+    """
     import tvm
     from tvm import tirx
 
@@ -149,18 +158,27 @@ def OptimizeLayers():  # noqa: N802 (TVM pass style)
                     or "target" not in func.attrs or OP_KINDS_ATTR not in func.attrs:
                 continue
             target = func.attrs["target"]
-            scheduled, rule = optimize_function(func, target)
+            tuned = tuning.schedule(func, target) if tuning is not None else None
+            if tuned is not None:
+                scheduled, rule = tuned, TUNED
+            else:
+                scheduled, rule = optimize_function(func, target)
             if rule is None:
                 if _family(target) != "cpu":
                     raise BuildError(f"no rule schedules kernel {gv.name_hint} for "
                                      f"{target.kind.name}: it would silently run as host code")
                 logger.info("kernel %s keeps TVM's default loops: no CPU rule applies",
                             gv.name_hint)
+            if chosen is not None:
+                chosen[gv.name_hint] = rule
             out[gv] = scheduled
         return out
 
     return optimize_layers
 
 
-__all__ = ["FAMILIES", "OptimizeLayers", "Rule", "optimize_function", "register_rule",
+TUNED = "meta-schedule"
+
+
+__all__ = ["FAMILIES", "OptimizeLayers", "Rule", "TUNED", "optimize_function", "register_rule",
            "reset_table", "rules_for", "table_rows"]

@@ -1,0 +1,81 @@
+"""MetaSchedule tuning of a placement's kernels into a database on disk, reused across runs."""
+
+import json
+import math
+
+import pytest
+
+import tvm_hetero as th
+from tvm_hetero.optimize import TUNED
+from tvm_hetero.optimize.tuning import CHOICES_FILE, TuningDatabase, tune_kernels
+from tvm_hetero.testing import max_relative_error, onnx_reference
+
+from conftest import zoo
+
+
+@pytest.fixture(scope="module")
+def tuned_db(tmp_path_factory):
+    """zoo:mlp's kernels on cpu, tuned with a few real MetaSchedule trials each."""
+    path = tmp_path_factory.mktemp("tuning")
+    summary = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=12,
+                           database=str(path), trials_per_iter=4)
+    return path, summary
+
+
+def test_tuning_records_every_kernel_against_the_rules(tuned_db):
+    path, summary = tuned_db
+    kernels = {layer.func_name for layer in th.extract_layers(zoo("mlp"))}
+    assert summary.tuned == len(kernels) and summary.reused == 0
+    assert {c.name for c in summary.choices} == kernels
+    for choice in summary.choices:
+        assert choice.device == "cpu" and choice.rule_ms > 0
+    assert any(c.trials > 0 and c.tuned_ms is not None for c in summary.choices)
+    assert (path / "database_tuning_record.json").stat().st_size > 0
+    with open(path / CHOICES_FILE) as handle:
+        assert len(json.load(handle)["kernels"]) == len(kernels)
+
+
+def test_a_second_run_reuses_the_database(tuned_db):
+    path, _ = tuned_db
+    again = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=12,
+                         database=str(path))
+    assert again.tuned == 0 and again.reused == len(again.choices) > 0
+
+
+def test_build_uses_a_tuned_kernel_only_where_it_beat_the_rules(tuned_db, tmp_path):
+    path, summary = tuned_db
+    model = zoo("mlp")
+    devices = th.DeviceSet.parse(["cpu"])
+    inputs = model.random_inputs(seed=2)
+    want = onnx_reference(model.onnx_model, inputs, model)
+    compiled = th.build(model, "all:cpu", devices, tuning_db=str(path))
+    tuned_now = {k for k, rule in compiled.stats.rules.items() if rule == TUNED}
+    assert tuned_now == {c.name for c in summary.choices if c.use_tuned}
+    assert max_relative_error(compiled.run(inputs), want) < 1e-4
+
+    # make every kernel with a tuned schedule "faster than the rules": all of them now take it
+    copy = tmp_path / "db"
+    copy.mkdir()
+    for item in path.iterdir():
+        (copy / item.name).write_bytes(item.read_bytes())
+    data = json.loads((copy / CHOICES_FILE).read_text())
+    for choice in data["kernels"].values():
+        choice["rule_ms"] = math.inf if choice["tuned_ms"] is not None else choice["rule_ms"]
+    (copy / CHOICES_FILE).write_text(json.dumps(data))
+    forced = th.build(model, "all:cpu", devices, tuning_db=TuningDatabase(copy))
+    with_schedule = {c.name for c in summary.choices if c.tuned_ms is not None}
+    assert {k for k, r in forced.stats.rules.items() if r == TUNED} == with_schedule
+    assert max_relative_error(forced.run(inputs), want) < 1e-4
+
+
+def test_kernels_are_tuned_per_target(tuned_db):
+    path, _ = tuned_db
+    db = TuningDatabase(path)
+    layered = th.extract_layers(zoo("mlp"))
+    from tvm_hetero.layers import layered_module
+
+    mod = layered_module(zoo("mlp"))
+    func = mod[mod.get_global_var(layered[0].func_name)]
+    devices = th.DeviceSet.parse(["cpu", "cpu-generic"])
+    assert db.has(func, devices["cpu"].tvm_target())
+    assert not db.has(func, devices["cpu-generic"].tvm_target())

@@ -1,0 +1,294 @@
+"""MetaSchedule tuning of a placement's kernels, per device, with a database kept on disk.
+
+:func:`tune_kernels` tunes every distinct kernel of the layers a placement puts on each device
+(weighted by how often the model calls it) with TVM's MetaSchedule under one global trial
+budget, then times each tuned kernel against the same kernel scheduled by the optimization
+table's rules, on that device, alone, on the same random arguments. The MetaSchedule database
+(``database_workload.json``, ``database_tuning_record.json``) and those comparisons
+(``choices.json``) live in one directory: a later run reuses every kernel already there
+instead of tuning it again, and :func:`tvm_hetero.build` with ``tuning_db=DIR`` schedules a
+kernel by its tuned schedule only where that one measured faster than the rules.
+
+A kernel is tuned per target: the same convolution on ``cpu`` (znver5) and on
+``cpu-generic`` (x86-64) are two workloads, since the best schedule of one is not the other's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..errors import BuildError, HeteroError
+
+logger = logging.getLogger(__name__)
+
+TUNED_FOR_ATTR = "tvm_hetero.tuned_for"
+CHOICES_FILE = "choices.json"
+CHOICES_FORMAT = "tvm_hetero.tuning_choices"
+# Every fresh MetaSchedule builder worker imports tvm.s_tir.tensor_intrin (~40 s on 2 cores):
+# TVM's default 30 s builder timeout fails every build (see ../shared/tvm-notes).
+BUILDER_TIMEOUT_S = 300
+RUNNER_TIMEOUT_S = 60
+
+
+def _workload(func, target):
+    """The module MetaSchedule tunes and looks up for `func` on `target`: the kernel without
+    its build-time attributes, marked with its target so two devices never share records."""
+    import tvm
+
+    for key in ("target", "global_symbol"):
+        if func.attrs is not None and key in func.attrs:
+            func = func.without_attr(key)
+    func = func.with_attr(TUNED_FOR_ATTR, str(target)).with_attr("global_symbol", "main")
+    return tvm.IRModule({"main": func})
+
+
+def _key(workload) -> str:
+    import tvm_ffi
+
+    return f"{tvm_ffi.structural_hash(workload):x}"
+
+
+@dataclass
+class KernelChoice:
+    """One tuned kernel: its tuned and rule-scheduled latency on its device."""
+
+    name: str
+    device: str
+    calls: int
+    trials: int
+    tuned_ms: float | None
+    rule_ms: float
+    rule: str | None
+
+    @property
+    def use_tuned(self) -> bool:
+        return self.tuned_ms is not None and self.tuned_ms < self.rule_ms
+
+
+@dataclass
+class TuningSummary:
+    """What :func:`tune_kernels` did: per kernel, the choice; and the wall time."""
+
+    database: str
+    choices: list[KernelChoice] = field(default_factory=list)
+    reused: int = 0
+    tuned: int = 0
+    seconds: float = 0.0
+
+
+class TuningDatabase:
+    """A tuning directory: MetaSchedule's JSON database plus the tuned-vs-rules comparisons.
+
+    Parameters
+    ----------
+    path : str
+        The directory (created when missing).
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise HeteroError(f"tuning database {self.path} is not a directory")
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except OSError as err:
+            raise HeteroError(f"cannot create tuning database {self.path}: "
+                              f"{err.strerror}") from err
+        self._ms_database = None
+        self.choices: dict[str, dict] = self._read_choices()
+
+    def _read_choices(self) -> dict[str, dict]:
+        path = os.path.join(self.path, CHOICES_FILE)
+        if not os.path.exists(path):
+            return {}
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+            if data.get("format") != CHOICES_FORMAT or not isinstance(data.get("kernels"),
+                                                                      dict):
+                raise ValueError("not a tvm_hetero tuning database")
+            return data["kernels"]
+        except (OSError, ValueError) as err:
+            raise HeteroError(f"unreadable tuning database {path}: {err}") from err
+
+    def save_choices(self) -> None:
+        path = os.path.join(self.path, CHOICES_FILE)
+        with tempfile.NamedTemporaryFile("w", dir=self.path, delete=False,
+                                         encoding="utf-8") as handle:
+            json.dump({"format": CHOICES_FORMAT, "kernels": self.choices}, handle, indent=1)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, path)
+
+    @property
+    def ms_database(self):
+        if self._ms_database is None:
+            from tvm.s_tir import meta_schedule as ms
+
+            self._ms_database = ms.database.JSONDatabase(work_dir=self.path,
+                                                         module_equality="structural")
+        return self._ms_database
+
+    def __len__(self) -> int:
+        return len(self.choices)
+
+    def has(self, func, target) -> bool:
+        return _key(_workload(func, target)) in self.choices
+
+    def schedule(self, func, target):
+        """The tuned PrimFunc for `func` on `target` when tuning beat the rules, else None."""
+        workload = _workload(func, target)
+        choice = self.choices.get(_key(workload))
+        if not choice or choice.get("tuned_ms") is None \
+                or not choice["tuned_ms"] < choice["rule_ms"]:
+            return None
+        sch = self.ms_database.query_schedule(workload, target=target, workload_name="main")
+        if sch is None:
+            return None
+        tuned = sch.mod["main"].without_attr(TUNED_FOR_ATTR).without_attr("global_symbol")
+        return tuned.with_attrs({k: v for k, v in func.attrs.items()}) \
+            if func.attrs is not None else tuned
+
+
+def _kernels_by_device(model, placement, devices):
+    """``{device name: [(func name, func, calls)]}`` for the kernels the placement runs."""
+    from ..layers import extract_layers, layered_module
+
+    mod = layered_module(model)
+    layers = extract_layers(mod)
+    placement.validate(layers, devices)
+    calls: dict[str, Counter] = {}
+    for layer in layers:
+        calls.setdefault(placement[layer.name], Counter())[layer.func_name] += 1
+    return {device: [(name, mod[mod.get_global_var(name)], count)
+                     for name, count in sorted(counter.items())]
+            for device, counter in calls.items()}
+
+
+def tune_kernels(model, placement, devices, trials: int, database: str | TuningDatabase,
+                 *, trials_per_iter: int = 16, seed: int = 0, progress=None) -> TuningSummary:
+    """Tune the kernels of `placement` with MetaSchedule, keeping the results in `database`.
+
+    Parameters
+    ----------
+    model : Model or anything :func:`load_model` accepts
+    placement : Placement or str
+        ``"all:DEVICE"`` or a :class:`Placement`.
+    devices : DeviceSet or list of str
+        Every device the placement uses must be present here (kernels are timed on it).
+    trials : int
+        MetaSchedule's global trial budget per device, shared by that device's kernels in
+        proportion to how often the model calls them (its gradient task scheduler). Kernels
+        already in the database are reused, not tuned again; 0 tunes nothing.
+    database : str or TuningDatabase
+        The tuning directory.
+    trials_per_iter : int
+        Candidates measured per MetaSchedule search iteration.
+    progress : callable, optional
+        Called with one message per device.
+
+    Returns
+    -------
+    TuningSummary
+    """
+    from ..devices import DeviceSet
+    from ..frontend import load_model
+    from ..placement import Placement
+
+    if trials < 0:
+        raise HeteroError("--tune-trials must be >= 0")
+    start = time.perf_counter()
+    model = load_model(model)
+    devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
+    db = database if isinstance(database, TuningDatabase) else TuningDatabase(database)
+    if isinstance(placement, str):
+        from ..layers import extract_layers
+
+        placement = Placement.parse(placement, extract_layers(model))
+    summary = TuningSummary(database=db.path)
+    for device_name, kernels in _kernels_by_device(model, placement, devices).items():
+        device = devices[device_name]
+        target = device.tvm_target()
+        todo = [(name, func, calls) for name, func, calls in kernels
+                if not db.has(func, target)]
+        summary.reused += len(kernels) - len(todo)
+        if not todo or trials == 0:
+            continue
+        DeviceSet([device]).check_runtime()  # kernels are measured on the device itself
+        if progress:
+            progress(f"tuning {len(todo)} kernels on {device_name} ({trials} trials)")
+        _run_metaschedule(todo, target, trials, trials_per_iter, seed, db,
+                          device.target.get("num-cores"))
+        for name, func, calls in todo:
+            db.choices[_key(_workload(func, target))] = _compare(db, name, func, calls,
+                                                                 device, target)
+            summary.tuned += 1
+        db.save_choices()
+    for device_name, kernels in _kernels_by_device(model, placement, devices).items():
+        target = devices[device_name].tvm_target()
+        for name, func, calls in kernels:
+            choice = db.choices.get(_key(_workload(func, target)))
+            if choice:
+                summary.choices.append(KernelChoice(
+                    name, device_name, calls, choice["trials"], choice["tuned_ms"],
+                    choice["rule_ms"], choice["rule"]))
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_cores):
+    from tvm.s_tir import meta_schedule as ms
+
+    from ..devices import host_num_cores
+
+    cores = num_cores or host_num_cores()
+    contexts = [ms.TuneContext(mod=_workload(func, target), target=target,
+                               space_generator="post-order-apply",
+                               search_strategy="evolutionary", task_name=name,
+                               rand_state=seed + index, num_threads=cores).clone()
+                for index, (name, func, _) in enumerate(kernels)]
+    try:
+        ms.tune_tasks(
+            tasks=contexts, task_weights=[float(calls) for _, _, calls in kernels],
+            work_dir=db.path, max_trials_global=trials,
+            num_trials_per_iter=min(trials_per_iter, trials),
+            builder=ms.builder.LocalBuilder(max_workers=cores, timeout_sec=BUILDER_TIMEOUT_S),
+            runner=ms.runner.LocalRunner(timeout_sec=RUNNER_TIMEOUT_S),
+            database=db.ms_database, cost_model=ms.cost_model.XGBModel(
+                num_tuning_cores=cores, tree_method="auto"))
+    except Exception as err:  # noqa: BLE001 (MetaSchedule raises TVMError/RuntimeError)
+        from ..errors import error_message
+
+        raise BuildError(f"MetaSchedule tuning failed: {error_message(err)}") from err
+
+
+def _compare(db, name, func, calls, device, target) -> dict:
+    """Time the tuned kernel (when MetaSchedule found one) and the rule-scheduled kernel."""
+    import tvm
+
+    from ..profiles import kernel_for, time_kernel
+    from . import optimize_function
+
+    workload = _workload(func, target)
+    records = db.ms_database.get_top_k(db.ms_database.commit_workload(workload), 1 << 30)
+    _, rule = optimize_function(func.with_attr("target", target), target)
+    rule_ms = time_kernel(kernel_for(func, device), func, device)
+    tuned_ms = None
+    sch = db.ms_database.query_schedule(workload, target=target, workload_name="main")
+    if sch is not None:
+        tuned = sch.mod["main"].with_attr("target", target)
+        lib = tvm.tirx.build(tvm.IRModule({"main": tuned}), target=target)
+        tuned_ms = time_kernel(lib, func, device)
+    logger.info("kernel %s on %s: tuned %s ms, rules (%s) %.4f ms", name, device.name,
+                f"{tuned_ms:.4f}" if tuned_ms is not None else "-", rule, rule_ms)
+    return {"name": name, "device": device.name, "target": str(target),
+            "trials": len(records), "tuned_ms": tuned_ms, "rule_ms": rule_ms, "rule": rule}
+
+
+__all__ = ["KernelChoice", "TuningDatabase", "TuningSummary", "tune_kernels"]
