@@ -48,6 +48,25 @@ def test_build_run_verify_record_and_resume(task, tmp_path):
     assert [r.median_ms for r in again] == [r.median_ms for r in results[:3]]
 
 
+def test_slow_candidates_are_screened_with_one_timed_call(task):
+    builds = LocalBuilder(n_parallel=1, timeout_s=300).build(
+        task, [th.Placement.all_on(task.layers, "cpu"), alternating(task)])
+    assert all(b.artifact for b in builds)
+    # screen=1, no floor: once a median is known, a candidate whose (cold) checking call is
+    # slower than it gets one timed call; it is still verified
+    runner = LocalRunner(repeat=4, screen=1.0, screen_floor_ms=0.0)
+    first, second = runner.run(task, builds)
+    assert first.ok and len(first.latencies_ms) == 4
+    assert second.ok and len(second.latencies_ms) == 1 and second.max_error < 1e-4
+    (unscreened,) = LocalRunner(repeat=4, screen=None).run(task, builds[1:])
+    assert len(unscreened.latencies_ms) == 4
+    # the default floor (100 ms) keeps fast candidates fully timed
+    default = LocalRunner(repeat=4)
+    assert [len(r.latencies_ms) for r in default.run(task, builds)] == [4, 4]
+    with pytest.raises(ValueError, match="screen must be >= 1"):
+        LocalRunner(screen=0.5)
+
+
 def test_memory_cap_is_recorded_without_building(tmp_path):
     devices = th.DeviceSet.parse(["cpu", "cpu-generic"], memory={"cpu-generic": "10KiB"})
     capped = MeasureTask.create("zoo:mlp", devices, str(tmp_path))

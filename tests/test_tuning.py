@@ -79,3 +79,43 @@ def test_kernels_are_tuned_per_target(tuned_db):
     devices = th.DeviceSet.parse(["cpu", "cpu-generic"])
     assert db.has(func, devices["cpu"].tvm_target())
     assert not db.has(func, devices["cpu-generic"].tvm_target())
+
+
+def test_compile_cli_builds_with_the_tuning_database(tuned_db, tmp_path, capsys):
+    from tvm_hetero.cli.main import main
+
+    path, summary = tuned_db
+    out = tmp_path / "mlp.so"
+    code = main(["compile", "zoo:mlp", "-d", "cpu", "-p", "all:cpu", "-o", str(out),
+                 "--tuning-db", str(path), "--json"])
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0 and out.exists()
+    assert printed["tuned_kernels"] == sum(1 for c in summary.choices if c.use_tuned)
+    # --tune-trials with a database that holds every kernel tunes nothing new
+    code = main(["compile", "zoo:mlp", "-d", "cpu", "-p", "all:cpu", "-o", str(out),
+                 "--tuning-db", str(path), "--tune-trials", "8"])
+    assert code == 0 and "0 kernels tuned, 3 reused" in capsys.readouterr().out
+
+
+def test_comparisons_against_older_rules_are_not_used(tuned_db, tmp_path):
+    from tvm_hetero.optimize import RULES_VERSION
+
+    path, summary = tuned_db
+    copy = tmp_path / "db"
+    copy.mkdir()
+    for item in path.iterdir():
+        (copy / item.name).write_bytes(item.read_bytes())
+    data = json.loads((copy / CHOICES_FILE).read_text())
+    for choice in data["kernels"].values():
+        choice["rule_ms"] = math.inf
+        choice["rules_version"] = RULES_VERSION - 1
+    (copy / CHOICES_FILE).write_text(json.dumps(data))
+    db = TuningDatabase(copy)
+    compiled = th.build(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), tuning_db=db)
+    assert TUNED not in compiled.stats.rules.values()
+    layers = th.extract_layers(zoo("mlp"))
+    from tvm_hetero.layers import layered_module
+
+    mod = layered_module(zoo("mlp"))
+    func = mod[mod.get_global_var(layers[0].func_name)]
+    assert not db.has(func, th.DeviceSet.parse(["cpu"])["cpu"].tvm_target())  # tuned again

@@ -67,8 +67,11 @@ def run(args) -> int:
 
         tuning = TuningDatabase(args.tuning_db)
         if args.tune_trials:
-            summary = tune_kernels(model, placement, devices, args.tune_trials, tuning,
-                                   progress=None if args.json else print)
+            # MetaSchedule's native warnings (rules unknown to a target) go to fd 2: shown
+            # with -v only
+            with quiet_native_stderr(not getattr(args, "verbose", 0)):
+                summary = tune_kernels(model, placement, devices, args.tune_trials, tuning,
+                                       progress=None if args.json else print)
             if not args.json:
                 faster = sum(1 for c in summary.choices if c.use_tuned)
                 print(f"tuning: {summary.tuned} kernels tuned, {summary.reused} reused from "

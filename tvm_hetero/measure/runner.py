@@ -37,15 +37,22 @@ class LocalRunner(Runner):
         Each measurement repeats the call until it lasts this long (default 50 ms).
     screen : float or None
         A candidate whose checking call takes longer than `screen` times the fastest
-        candidate this runner has measured for the task is timed by one more call instead of
-        the warm-up and repeats: it cannot win, and on a slow device those repeats are most of
-        a search's time (default 3; None times every candidate fully).
+        candidate this runner has measured for the task, and longer than `screen_floor_ms`,
+        is timed by one more call instead of the warm-up and repeats: it cannot win, and on a
+        slow device those repeats are most of a search's time (default 3; None times every
+        candidate fully).
+    screen_floor_ms : float
+        Candidates whose checking call is faster than this are always timed fully: their
+        repeats are cheap, and a cold first call of a fast model is mostly overhead
+        (default 100 ms).
     """
 
     def __init__(self, timeout_s: float = 120.0, warmup: int = 2, repeat: int = 5,
-                 min_repeat_ms: float = 50.0, screen: float | None = 3.0):
+                 min_repeat_ms: float = 50.0, screen: float | None = 3.0,
+                 screen_floor_ms: float = 100.0):
         if screen is not None and screen < 1:
             raise ValueError(f"screen must be >= 1 (or None), got {screen}")
+        self.screen_floor_ms = screen_floor_ms
         self.timeout_s = timeout_s
         self.warmup = warmup
         self.repeat = repeat
@@ -69,7 +76,8 @@ class LocalRunner(Runner):
             return MeasureResult(build.error, message=build.message, build_s=build.build_s)
         start = time.perf_counter()
         best = self._best_ms.get(task.workdir)
-        slow_ms = best * self.screen if best is not None and self.screen is not None else None
+        slow_ms = max(best * self.screen, self.screen_floor_ms) \
+            if best is not None and self.screen is not None else None
         future = self._executor().submit(
             worker.run_candidate, build.artifact, task.devices.to_json(), task.inputs_file,
             task.reference_file, self.warmup, self.repeat, self.min_repeat_ms, slow_ms)

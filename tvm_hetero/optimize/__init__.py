@@ -27,6 +27,9 @@ from .cpu import parallel_loops, tiled_reduction
 logger = logging.getLogger(__name__)
 
 FAMILIES = ("cpu", "cuda", "other")
+# Bumped whenever a default rule changes the code it generates: tuned-vs-rules comparisons
+# stored in a tuning database under another version are measured again.
+RULES_VERSION = 2
 
 
 @dataclass(frozen=True)

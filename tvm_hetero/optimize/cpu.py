@@ -99,7 +99,7 @@ def _walks_contiguously(block, lane_var) -> bool:
 
 
 def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES,
-                    cols: int | None = None):
+                    cols: int | None = None, block_k: int | None = None):
     """Register-tile the one reduction block of a convolution or matmul kernel.
 
     The output is cut into ``rows x lanes`` tiles (output channels x output columns for a
@@ -170,7 +170,15 @@ def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES
     inner = [row_inner, lane_inner] if row_inner is not None else [lane_inner]
     if row_inner is not None and col_inner is not None:
         inner = [row_inner, col_inner, lane_inner]
-    sch.reorder(*outer, lane_outer, *reduction, *inner)
+    reduction_outer = None
+    if block_k and outer and (_extent(sch, reduction[0]) or 0) > block_k:
+        reduction_outer, first = sch.split(reduction[0], [None, _largest_divisor(
+            _extent(sch, reduction[0]), block_k)])
+        reduction = [first] + reduction[1:]
+        sch.reorder(*outer, reduction_outer, lane_outer, *reduction, *inner)
+    else:
+        sch.reorder(*outer, lane_outer, *reduction, *inner)
+    epilogue_at = lane_outer if reduction_outer is None else outer[-1]
 
     # Epilogue: inline what can be inlined; what is left and reads the reduction's output
     # (the kernel's outputs) is computed per tile; unrelated blocks (a dropout mask) stay apart.
@@ -184,7 +192,7 @@ def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES
     for block_rv in epilogue:
         reads = [region.source for region in sch.get(block_rv).reads]
         if any(buffer.same_as(output) for buffer in reads):
-            sch.reverse_compute_at(block_rv, lane_outer)
+            sch.reverse_compute_at(block_rv, epilogue_at)
             sch.vectorize(sch.get_loops(block_rv)[-1])
         else:
             apart.append(block_rv)
@@ -194,7 +202,7 @@ def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES
         sch.unroll(loop)
     sch.vectorize(lane_inner)
     sch.parallel(fused)
-    init = sch.decompose_reduction(main.block_rv, reduction[0])
+    init = sch.decompose_reduction(main.block_rv, reduction_outer or reduction[0])
     sch.vectorize(sch.get_loops(init)[-1])
 
     for block_rv in apart:  # padding and other blocks: parallel outer loops

@@ -7,7 +7,9 @@ table's rules, on that device, alone, on the same random arguments. The MetaSche
 (``database_workload.json``, ``database_tuning_record.json``) and those comparisons
 (``choices.json``) live in one directory: a later run reuses every kernel already there
 instead of tuning it again, and :func:`tvm_hetero.build` with ``tuning_db=DIR`` schedules a
-kernel by its tuned schedule only where that one measured faster than the rules.
+kernel by its tuned schedule only where that one measured faster than the rules. Comparisons
+made against older default rules (``optimize.RULES_VERSION``) are not used: the kernel is tuned
+and compared again.
 
 A kernel is tuned per target: the same convolution on ``cpu`` (znver5) and on
 ``cpu-generic`` (x86-64) are two workloads, since the best schedule of one is not the other's.
@@ -124,6 +126,7 @@ class TuningDatabase:
             json.dump({"format": CHOICES_FORMAT, "kernels": self.choices}, handle, indent=1)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(handle.name, 0o644)  # NamedTemporaryFile makes it private
         os.replace(handle.name, path)
 
     @property
@@ -138,13 +141,20 @@ class TuningDatabase:
     def __len__(self) -> int:
         return len(self.choices)
 
+    def _choice(self, workload) -> dict | None:
+        """The stored comparison, when it was made against the current default rules."""
+        from . import RULES_VERSION
+
+        choice = self.choices.get(_key(workload))
+        return choice if choice and choice.get("rules_version") == RULES_VERSION else None
+
     def has(self, func, target) -> bool:
-        return _key(_workload(func, target)) in self.choices
+        return self._choice(_workload(func, target)) is not None
 
     def schedule(self, func, target):
         """The tuned PrimFunc for `func` on `target` when tuning beat the rules, else None."""
         workload = _workload(func, target)
-        choice = self.choices.get(_key(workload))
+        choice = self._choice(workload)
         if not choice or choice.get("tuned_ms") is None \
                 or not choice["tuned_ms"] < choice["rule_ms"]:
             return None
@@ -233,7 +243,7 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
     for device_name, kernels in _kernels_by_device(model, placement, devices).items():
         target = devices[device_name].tvm_target()
         for name, func, calls in kernels:
-            choice = db.choices.get(_key(_workload(func, target)))
+            choice = db._choice(_workload(func, target))
             if choice:
                 summary.choices.append(KernelChoice(
                     name, device_name, calls, choice["trials"], choice["tuned_ms"],
@@ -273,7 +283,7 @@ def _compare(db, name, func, calls, device, target) -> dict:
     import tvm
 
     from ..profiles import kernel_for, time_kernel
-    from . import optimize_function
+    from . import RULES_VERSION, optimize_function
 
     workload = _workload(func, target)
     records = db.ms_database.get_top_k(db.ms_database.commit_workload(workload), 1 << 30)
@@ -288,7 +298,8 @@ def _compare(db, name, func, calls, device, target) -> dict:
     logger.info("kernel %s on %s: tuned %s ms, rules (%s) %.4f ms", name, device.name,
                 f"{tuned_ms:.4f}" if tuned_ms is not None else "-", rule, rule_ms)
     return {"name": name, "device": device.name, "target": str(target),
-            "trials": len(records), "tuned_ms": tuned_ms, "rule_ms": rule_ms, "rule": rule}
+            "trials": len(records), "tuned_ms": tuned_ms, "rule_ms": rule_ms, "rule": rule,
+            "rules_version": RULES_VERSION}
 
 
 __all__ = ["KernelChoice", "TuningDatabase", "TuningSummary", "tune_kernels"]
