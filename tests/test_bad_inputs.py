@@ -634,6 +634,11 @@ def _(d, s):
     return _compile("zoo:mlp", "all:cpu", str(d / "m.so"), "--tuning-db", str(d / "db"))
 
 
+@bad_input("tuning-db-missing", "tuning database not found")
+def _(d, s):
+    return _compile("zoo:mlp", "all:cpu", str(d / "m.so"), "--tuning-db", str(d / "db"))
+
+
 @bad_input("tuning-db-is-a-file", "is not a directory")
 def _(d, s):
     (d / "db").write_text("x")

@@ -55,6 +55,16 @@ def test_exhaustive_is_the_ground_truth():
     assert [result.placement[l.name] for l in layers] == ["cpu-generic", "cpu", "cpu-generic"]
 
 
+def test_the_profiles_best_guesses_are_measured_first(resnet_setup, tmp_path):
+    model, layers, devices, profile = resnet_setup
+    builder, runner = fake(profile, layers)
+    result = tune(model, devices, trials=8, workdir=str(tmp_path), builder=builder,
+                  runner=runner)
+    sources = [t.source for t in result.trials]
+    assert sources[0] == "min-cut"  # before each device alone (here the same as all-on-cpu)
+    assert result.history[0] == result.trials[0].result.median_ms
+
+
 def test_below_the_threshold_no_model_is_trained(resnet_setup, monkeypatch, tmp_path):
     model, layers, devices, profile = resnet_setup
     fits = []

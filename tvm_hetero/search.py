@@ -1,7 +1,8 @@
 """The search: find the fastest correct placement with few measurements.
 
-``tune`` measures seed candidates first (every device alone, the greedy placement, the min-cut
-for two devices or the DP for more), then, while the budget lasts:
+``tune`` measures seed candidates first (the min-cut for two devices and the DP on the profile,
+its best guesses, then every device alone and the greedy placement), then, while the budget
+lasts:
 
 - below ``threshold`` measured samples it measures diverse feasible candidates (random
   placements and mutations of the best so far) and would take the best measured (the second
@@ -171,6 +172,11 @@ class _Search:
 
     # -- candidate sources ------------------------------------------------------------------
     def seeds(self, which: tuple[str, ...]) -> None:
+        # the profile's best guesses first: the search's first measurement is its best bet
+        if "mincut" in which and self.profile is not None:
+            if len(self.devices) == 2:
+                self.evaluate([gen.min_cut(self.layers, self.devices, self.profile)], "min-cut")
+            self.evaluate([gen.dp_chain(self.layers, self.devices, self.profile)], "dp")
         if "single" in which:
             self.evaluate(gen.single_device(self.layers, self.devices), "single-device")
         if "greedy" in which:
@@ -182,10 +188,6 @@ class _Search:
                               "greedy")
             except PlacementError as err:
                 logger.info("greedy placement skipped: %s", err)
-        if "mincut" in which and self.profile is not None:
-            if len(self.devices) == 2:
-                self.evaluate([gen.min_cut(self.layers, self.devices, self.profile)], "min-cut")
-            self.evaluate([gen.dp_chain(self.layers, self.devices, self.profile)], "dp")
 
     def diverse(self, count: int) -> list[Placement]:
         """Random feasible placements and mutations of the best so far, half and half."""

@@ -63,7 +63,13 @@ def run(args) -> int:
         raise HeteroError("--tune-trials needs --tuning-db DIR (where the tuned kernels are "
                           "kept and reused)")
     if args.tuning_db:
+        import os
+
         from ..optimize.tuning import TuningDatabase, tune_kernels
+
+        if not args.tune_trials and not os.path.exists(args.tuning_db):
+            raise HeteroError(f"tuning database not found: {args.tuning_db} (give "
+                              "--tune-trials N to tune into a new one)")
 
         tuning = TuningDatabase(args.tuning_db)
         if args.tune_trials:
