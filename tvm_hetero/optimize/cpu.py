@@ -1,6 +1,10 @@
-"""CPU rules: turn TVM's naive loops into parallel loops with a vectorizable innermost loop.
+"""CPU rules: turn TVM's naive loops into parallel, vectorized, register-tiled code.
 
-``parallel_loops`` (written here: dlight's CPU rules cover GEMV and plain reductions only):
+``tiled_reduction`` (the ``tiled`` rule, for convolutions and matmuls): register tiles of output
+rows x vector lanes accumulated over the whole reduction, the epilogue computed per tile; see
+its docstring.
+
+``parallel_loops`` (every layer kind; dlight's CPU rules cover GEMV and plain reductions only):
 
 1. inline every injective block that can be inlined (padding into its convolution, bias and
    activation epilogues into their producer's consumer);
@@ -9,8 +13,8 @@
    vectorizes it), fuse the outer spatial loops and parallelize the fused loop over the cores
    when the block does enough work (``MIN_PARALLEL_WORK`` iterations) to pay for the pool.
 
-Reductions stay sequential per output element, so results are bit-for-bit those of the
-unscheduled loops up to the vector code LLVM emits.
+Both keep each output element's reduction sequential and in order, so results equal those of
+the unscheduled loops up to the vector code LLVM emits.
 """
 
 from __future__ import annotations
@@ -75,8 +79,8 @@ def parallel_loops(func, target):
 
 # Register tile of the tiled rule: rows of the output held in vector registers at once
 # (channels of a convolution, rows of a matmul) times vector lanes along the contiguous axis.
-# 16 x 16 fp32 is 16 AVX-512 accumulators (or 32 AVX2 ones), measured best on the ResNet-50
-# convolutions among 8x16, 16x8, 32x8 and 8x32 (docs/design.md).
+# 16 x 16 fp32 is 16 AVX-512 accumulators (or 32 AVX2 ones): the fastest of seven shapes on
+# ResNet-50's convolutions (table in docs/design.md).
 TILE_ROWS = 16
 TILE_LANES = 16
 
@@ -91,15 +95,14 @@ def _walks_contiguously(block, lane_var) -> bool:
     from tvm.tirx.analysis import undefined_vars
 
     for region in list(block.reads) + list(block.writes):
-        for dim, extent_range in enumerate(region.region[:-1]):
-            del dim
-            if any(v.same_as(lane_var) for v in undefined_vars(extent_range.min)):
+        for index_range in region.region[:-1]:
+            if any(v.same_as(lane_var) for v in undefined_vars(index_range.min)):
                 return False
     return True
 
 
 def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES,
-                    cols: int | None = None, block_k: int | None = None):
+                    cols: int | None = None):
     """Register-tile the one reduction block of a convolution or matmul kernel.
 
     The output is cut into ``rows x lanes`` tiles (output channels x output columns for a
@@ -144,8 +147,8 @@ def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES
     if not _walks_contiguously(block, lane_var):
         return None
     lane_loop = spatial[-1]
+    row_inner = col_inner = None
     if len(spatial) == 1:
-        row_inner = None
         lane_outer, lane_inner = sch.split(lane_loop, [None, _largest_divisor(
             _extent(sch, lane_loop), 4 * lanes)])
         outer = []
@@ -161,24 +164,13 @@ def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES
         lane_outer, lane_inner = sch.split(lane_loop, [None, _largest_divisor(
             _extent(sch, lane_loop), lanes)])
         outer = spatial[:row_axis] + [row_outer] + spatial[row_axis + 1:-1]
-        col_inner = None
         if cols > 1 and row_axis < len(spatial) - 2:
             col_loop = spatial[-2]
             col_outer, col_inner = sch.split(col_loop, [None, _largest_divisor(
                 _extent(sch, col_loop), cols)])
             outer = outer[:-1] + [col_outer]
-    inner = [row_inner, lane_inner] if row_inner is not None else [lane_inner]
-    if row_inner is not None and col_inner is not None:
-        inner = [row_inner, col_inner, lane_inner]
-    reduction_outer = None
-    if block_k and outer and (_extent(sch, reduction[0]) or 0) > block_k:
-        reduction_outer, first = sch.split(reduction[0], [None, _largest_divisor(
-            _extent(sch, reduction[0]), block_k)])
-        reduction = [first] + reduction[1:]
-        sch.reorder(*outer, reduction_outer, lane_outer, *reduction, *inner)
-    else:
-        sch.reorder(*outer, lane_outer, *reduction, *inner)
-    epilogue_at = lane_outer if reduction_outer is None else outer[-1]
+    inner = [loop for loop in (row_inner, col_inner, lane_inner) if loop is not None]
+    sch.reorder(*outer, lane_outer, *reduction, *inner)
 
     # Epilogue: inline what can be inlined; what is left and reads the reduction's output
     # (the kernel's outputs) is computed per tile; unrelated blocks (a dropout mask) stay apart.
@@ -192,17 +184,18 @@ def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES
     for block_rv in epilogue:
         reads = [region.source for region in sch.get(block_rv).reads]
         if any(buffer.same_as(output) for buffer in reads):
-            sch.reverse_compute_at(block_rv, epilogue_at)
+            sch.reverse_compute_at(block_rv, lane_outer)
             sch.vectorize(sch.get_loops(block_rv)[-1])
         else:
             apart.append(block_rv)
-    outer.append(lane_outer) if not outer else None
+    if not outer:  # a matrix-vector product: the lane tiles are the parallel work
+        outer = [lane_outer]
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     for loop in inner[:-1]:
         sch.unroll(loop)
     sch.vectorize(lane_inner)
     sch.parallel(fused)
-    init = sch.decompose_reduction(main.block_rv, reduction_outer or reduction[0])
+    init = sch.decompose_reduction(main.block_rv, reduction[0])
     sch.vectorize(sch.get_loops(init)[-1])
 
     for block_rv in apart:  # padding and other blocks: parallel outer loops

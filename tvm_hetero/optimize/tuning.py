@@ -222,7 +222,8 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
 
         placement = Placement.parse(placement, extract_layers(model))
     summary = TuningSummary(database=db.path)
-    for device_name, kernels in _kernels_by_device(model, placement, devices).items():
+    by_device = _kernels_by_device(model, placement, devices)
+    for device_name, kernels in by_device.items():
         device = devices[device_name]
         target = device.tvm_target()
         todo = [(name, func, calls) for name, func, calls in kernels
@@ -240,7 +241,7 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
                                                                  device, target)
             summary.tuned += 1
         db.save_choices()
-    for device_name, kernels in _kernels_by_device(model, placement, devices).items():
+    for device_name, kernels in by_device.items():
         target = devices[device_name].tvm_target()
         for name, func, calls in kernels:
             choice = db._choice(_workload(func, target))
