@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 
 import pytest
 
@@ -20,6 +21,12 @@ def tuned_db(tmp_path_factory):
     summary = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=12,
                            database=str(path), trials_per_iter=4)
     return path, summary
+
+
+def _copy(database, to):
+    """A copy of a tuning directory, to edit its comparisons."""
+    shutil.copytree(database, to)
+    return to
 
 
 def test_tuning_records_every_kernel_against_the_rules(tuned_db):
@@ -54,10 +61,7 @@ def test_build_uses_a_tuned_kernel_only_where_it_beat_the_rules(tuned_db, tmp_pa
     assert max_relative_error(compiled.run(inputs), want) < 1e-4
 
     # make every kernel with a tuned schedule "faster than the rules": all of them now take it
-    copy = tmp_path / "db"
-    copy.mkdir()
-    for item in path.iterdir():
-        (copy / item.name).write_bytes(item.read_bytes())
+    copy = _copy(path, tmp_path / "db")
     data = json.loads((copy / CHOICES_FILE).read_text())
     for choice in data["kernels"].values():
         choice["rule_ms"] = math.inf if choice["tuned_ms"] is not None else choice["rule_ms"]
@@ -101,10 +105,7 @@ def test_comparisons_against_older_rules_are_not_used(tuned_db, tmp_path):
     from tvm_hetero.optimize import RULES_VERSION
 
     path, summary = tuned_db
-    copy = tmp_path / "db"
-    copy.mkdir()
-    for item in path.iterdir():
-        (copy / item.name).write_bytes(item.read_bytes())
+    copy = _copy(path, tmp_path / "db")
     data = json.loads((copy / CHOICES_FILE).read_text())
     for choice in data["kernels"].values():
         choice["rule_ms"] = math.inf
