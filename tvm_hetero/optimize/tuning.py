@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -121,13 +120,12 @@ class TuningDatabase:
 
     def save_choices(self) -> None:
         path = os.path.join(self.path, CHOICES_FILE)
-        with tempfile.NamedTemporaryFile("w", dir=self.path, delete=False,
-                                         encoding="utf-8") as handle:
+        tmp = path + ".tmp"  # written whole, then renamed: the same as the profile's save
+        with open(tmp, "w", encoding="utf-8") as handle:
             json.dump({"format": CHOICES_FORMAT, "kernels": self.choices}, handle, indent=1)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(handle.name, 0o644)  # NamedTemporaryFile makes it private
-        os.replace(handle.name, path)
+        os.replace(tmp, path)
 
     @property
     def ms_database(self):
@@ -212,7 +210,7 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
     from ..placement import Placement
 
     if trials < 0:
-        raise HeteroError("--tune-trials must be >= 0")
+        raise HeteroError(f"tuning trials must be >= 0, got {trials}")
     start = time.perf_counter()
     model = load_model(model)
     devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
