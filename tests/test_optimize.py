@@ -47,7 +47,7 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
     assert {(f, k) for f, k, _ in rows} == {(f, k) for f in optimize.FAMILIES
                                            for k in LAYER_KINDS}
     by_pair = dict(((f, k), names) for f, k, names in rows)
-    assert by_pair[("cpu", "conv2d")] == ["tiled", "parallel-loops"]
+    assert by_pair[("cpu", "conv2d")] == ["packed-weights", "tiled", "parallel-loops"]
     seen = []
 
     def mark(func, target):
@@ -95,13 +95,69 @@ def test_optimizations_cli_json(capsys):
             "rules": ["tiled", "dlight.cpu.GEMV", "parallel-loops"]} in table
 
 
-def test_convolutions_and_matmuls_get_the_tiled_rule(cpu_devices):
+def test_direct_convolutions_get_packed_weights_grouped_ones_the_tiled_rule(cpu_devices):
     model = th.load_model(light_model("bvlc_alexnet"), name="bvlc_alexnet")
     rules = th.build(model, "all:cpu", cpu_devices).stats.rules
-    convs = [k for k in rules if k.startswith("fused_conv2d")]
+    convs = sorted(k for k in rules if k.startswith("fused_conv2d"))
     matmuls = [k for k in rules if k.startswith("fused_matmul")]
     assert len(convs) == 5 and len(matmuls) == 3  # the dense layers: [K, N] weights, batch 1
-    assert all(rules[k] == "tiled" for k in convs + matmuls), rules
+    # AlexNet's second, fourth and fifth convolutions have two groups
+    assert [rules[k] for k in convs].count("packed-weights") == 2, rules
+    assert [rules[k] for k in convs].count("tiled") == 3, rules
+    assert all(rules[k] == "tiled" for k in matmuls), rules
+
+
+def test_packed_weights_are_repacked_constants_in_the_built_module(cpu_devices):
+    import tvm
+
+    from tvm_hetero.layers import layered_module, main_bindings
+    from tvm_hetero.optimize.cpu import PACKED_WEIGHTS_ATTR
+
+    model = th.load_model(light_model("resnet50"), name="resnet50")
+    target = cpu_devices["cpu"].tvm_target()
+    annotated = th.AnnotateDevice(th.Placement.all_on(th.extract_layers(model), "cpu"),
+                                  th.DeviceSet([cpu_devices["cpu"]]))(layered_module(model))
+    with target:
+        scheduled = optimize.OptimizeLayers()(annotated)
+    packed = {gv.name_hint: func.attrs[PACKED_WEIGHTS_ATTR] for gv, func in
+              scheduled.functions_items() if isinstance(func, tvm.tirx.PrimFunc)
+              and func.attrs is not None and PACKED_WEIGHTS_ATTR in func.attrs}
+    assert len(packed) == 24  # every convolution kernel of ResNet-50
+    weights = [arg for binding in main_bindings(scheduled)
+               if isinstance(binding.value, tvm.relax.Call) and len(binding.value.args) > 1
+               and isinstance(binding.value.args[0], tvm.ir.GlobalVar)
+               and binding.value.args[0].name_hint in packed
+               for arg in binding.value.args[1].fields[1:2]]
+    assert len(weights) == 53  # one per convolution call, all repacked at build time
+    assert all(isinstance(w, tvm.ir.GenericConst) and len(w.ty.shape) == 5 for w in weights)
+    assert not any(gv.name_hint.startswith("pack_weight") for gv, _ in
+                   scheduled.functions_items())
+
+
+def _conv_with_weight_input():
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [32, 8, 3, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 10, 10])
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "conv_weight_input", [x, w], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_weight_given_at_run_time_is_packed_by_a_kernel(cpu_devices):
+    import onnxruntime as ort
+
+    onnx_model = _conv_with_weight_input()
+    model = th.load_model(onnx_model, name="conv_weight_input")
+    compiled = th.build(model, "all:cpu", cpu_devices)
+    assert list(compiled.stats.rules.values()) == ["packed-weights"]
+    assert "call  pack_weight" in compiled.executable.as_text()  # each call, before the conv
+    inputs = model.random_inputs(seed=3)
+    expected = ort.InferenceSession(onnx_model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, inputs)
+    assert max_relative_error(compiled.run(inputs), expected) < 1e-5
 
 
 def test_tiled_declines_a_weight_it_would_gather():

@@ -119,4 +119,22 @@ def test_comparisons_against_older_rules_are_not_used(tuned_db, tmp_path):
 
     mod = layered_module(zoo("mlp"))
     func = mod[mod.get_global_var(layers[0].func_name)]
-    assert not db.has(func, th.DeviceSet.parse(["cpu"])["cpu"].tvm_target())  # tuned again
+    assert not db.has(func, th.DeviceSet.parse(["cpu"])["cpu"].tvm_target())  # compared again
+
+
+def test_kernels_tuned_before_newer_rules_are_compared_again_not_tuned_again(tuned_db, tmp_path):
+    from tvm_hetero.optimize import RULES_VERSION
+
+    path, _ = tuned_db
+    copy = _copy(path, tmp_path / "db")
+    data = json.loads((copy / CHOICES_FILE).read_text())
+    for choice in data["kernels"].values():
+        choice["rules_version"] = RULES_VERSION - 1
+    (copy / CHOICES_FILE).write_text(json.dumps(data))
+    records = (copy / "database_tuning_record.json").read_text()
+    again = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=12,
+                         database=str(copy))
+    assert again.tuned == 3 and again.reused == 0
+    assert (copy / "database_tuning_record.json").read_text() == records  # no new trials
+    kernels = json.loads((copy / CHOICES_FILE).read_text())["kernels"].values()
+    assert all(choice["rules_version"] == RULES_VERSION for choice in kernels)

@@ -114,7 +114,9 @@ def _random_tensor(shape, dtype, dev, rng):
 
 
 def kernel_for(func, device: Device):
-    """A layer's PrimFunc compiled alone for one device (GPU kernels scheduled by dlight)."""
+    """A layer's PrimFunc compiled alone for one device, scheduled by the rules the placed
+    executable's kernels get: ``(library, scheduled PrimFunc)`` (a rule may change the
+    parameters' layout: time the library with the scheduled function's parameters)."""
     import tvm
 
     target = device.tvm_target()
@@ -122,14 +124,14 @@ def kernel_for(func, device: Device):
                         .with_attr("global_symbol", "main")})
     from .build import schedule_passes
 
-    with target:  # the rules the placed executable's kernels get
+    with target:
         mod = tvm.transform.Sequential(schedule_passes(DeviceSet([device])))(mod)
-    return tvm.tirx.build(mod, target=target)
+    return tvm.tirx.build(mod, target=target), mod["main"]
 
 
 def time_kernel(lib, func, device: Device, repeat: int = 3, min_repeat_ms: int = 20,
                 seed: int = 0) -> float:
-    """Median ms of one call of a kernel built by :func:`kernel_for`, on random arguments."""
+    """Median ms of one call of `lib` (the kernel `func` compiled), on random arguments."""
     dev = device.runtime_device()
     rng = np.random.default_rng(seed)
     args = []
@@ -199,7 +201,7 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
         for layer in layers:
             if layer.func_name not in cache:
                 func = mod[mod.get_global_var(layer.func_name)]
-                cache[layer.func_name] = time_kernel(kernel_for(func, device), func, device)
+                cache[layer.func_name] = time_kernel(*kernel_for(func, device), device)
             layer_ms[layer.name][device.name] = cache[layer.func_name]
     transfer = {(a.name, b.name): measure_transfer(a, b)
                 for a in devices for b in devices if a.name != b.name}

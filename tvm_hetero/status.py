@@ -92,7 +92,7 @@ def measure_gflops(device: Device, n: int = MATMUL_N) -> float:
 
     # tagged as a matmul layer: scheduled by the same rules as the model's matmul layers
     func = te.create_prim_func([a, b, c]).with_attr(OP_KINDS_ATTR, ["matmul"])
-    ms = time_kernel(kernel_for(func, device), func, device)
+    ms = time_kernel(*kernel_for(func, device), device)
     return 2.0 * n**3 / (ms * 1e-3) / 1e9
 
 

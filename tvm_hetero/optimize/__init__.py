@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..layers import LAYER_KINDS, OP_KINDS_ATTR, kernel_kind
-from .cpu import parallel_loops, tiled_reduction
+from .cpu import PACKED_WEIGHTS_ATTR, packed_conv2d, parallel_loops, tiled_reduction
 
 logger = logging.getLogger(__name__)
 
 FAMILIES = ("cpu", "cuda", "other")
 # Bumped whenever a default rule changes the code it generates: tuned-vs-rules comparisons
 # stored in a tuning database under another version are measured again.
-RULES_VERSION = 2
+RULES_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,9 @@ PARALLEL = Rule("parallel-loops", "inline injective blocks; outer spatial loops 
                 parallel_loops)
 TILED = Rule("tiled", "register tiles of output rows x vector lanes accumulated over the "
               "whole reduction; epilogue computed per tile; parallel tiles", tiled_reduction)
+PACKED = Rule("packed-weights", "vector lanes along output channels, the weight repacked "
+               "[F/lanes, C, KH, KW, lanes] at build time; register tiles of channel vectors x "
+               "output columns; epilogue per tile", packed_conv2d)
 CPU_GEMV = Rule("dlight.cpu.GEMV", "TVM dlight CPU rule for matrix-vector products",
                 _dlight("GEMV", "cpu"))
 CPU_REDUCTION = Rule("dlight.cpu.Reduction", "TVM dlight CPU rule for reductions",
@@ -81,7 +84,7 @@ def _defaults() -> None:
         _TABLE[("cpu", kind)] = [PARALLEL]
         _TABLE[("cuda", kind)] = _gpu_rules()
         _TABLE[("other", kind)] = _gpu_rules()
-    _TABLE[("cpu", "conv2d")] = [TILED, PARALLEL]
+    _TABLE[("cpu", "conv2d")] = [PACKED, TILED, PARALLEL]
     _TABLE[("cpu", "matmul")] = [TILED, CPU_GEMV, PARALLEL]
     _TABLE[("cpu", "reduction")] = [PARALLEL, CPU_REDUCTION]
 
@@ -175,13 +178,103 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None):  # noqa: N802 (TVM 
             if chosen is not None:
                 chosen[gv.name_hint] = rule
             out[gv] = scheduled
-        return out
+        return repack_weight_arguments(out)
 
     return optimize_layers
+
+
+def pack_weight(array, lanes: int):
+    """``[F, ...] -> [F / lanes, ..., lanes]``: the layout of ``PACKED_WEIGHTS_ATTR`` kernels."""
+    import numpy as np
+
+    packed = array.reshape(array.shape[0] // lanes, lanes, *array.shape[1:])
+    return np.ascontiguousarray(np.moveaxis(packed, 1, -1))
+
+
+def _pack_weight_func(shape, dtype: str, lanes: int, target):
+    """A kernel computing :func:`pack_weight` (for a weight that is not a constant)."""
+    from tvm import te
+
+    weight = te.placeholder(shape, dtype, name="weight")
+    packed = te.compute((shape[0] // lanes, *shape[1:], lanes),
+                        lambda block, *rest: weight[(block * lanes + rest[-1], *rest[:-1])],
+                        name="packed")
+    func = te.create_prim_func([weight, packed])
+    return (parallel_loops(func, target) or func).with_attr("target", target)
+
+
+def repack_weight_arguments(mod):
+    """Give every kernel scheduled with a packed weight (``PACKED_WEIGHTS_ATTR``) its weight
+    in that layout: a constant argument is repacked here, at build time (once per constant);
+    any other argument through a packing kernel on the same device, each call."""
+    import tvm
+    from tvm import relax, tirx
+
+    packed = {gv: (int(func.attrs[PACKED_WEIGHTS_ATTR][0]), int(func.attrs[PACKED_WEIGHTS_ATTR][1]),
+                   func.attrs["target"])
+              for gv, func in mod.functions_items()
+              if isinstance(func, tirx.PrimFunc) and func.attrs is not None
+              and PACKED_WEIGHTS_ATTR in func.attrs}
+    if not packed:
+        return mod
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    kernels = {gv: mod[gv] for gv in packed}
+    mod = tvm.IRModule({gv: func for gv, func in mod.functions_items() if gv not in packed},
+                       attrs=mod.attrs, global_infos=mod.global_infos)
+    renamed: dict = {}
+
+    @relax.expr_functor.mutator
+    class Repack(relax.PyExprMutator):
+        def __init__(self):
+            super().__init__(mod)
+            # the kernels' signatures changed: added again, their GlobalVars get the new types
+            for gv, func in kernels.items():
+                renamed[gv] = self.builder_.add_func(func, gv.name_hint)
+            self.constants: list = []  # (original, lanes, packed)
+            self.pack_funcs: dict = {}
+
+        def visit_global_var_(self, gv):
+            return renamed.get(gv, gv)
+
+        def visit_call_(self, call):
+            call = self.visit_expr_post_order(call)
+            callee = next((gv for gv, new in renamed.items() if new.same_as(call.args[0])), None)
+            if not call.op.same_as(call_tir) or callee is None:
+                return call
+            index, lanes, target = packed[callee]
+            fields = list(call.args[1].fields)
+            fields[index] = self._packed(fields[index], lanes, target)
+            return relax.Call(call.op, [call.args[0], relax.Tuple(fields), *call.args[2:]],
+                              call.attrs, call.ty_args)
+
+        def _packed(self, arg, lanes, target):
+            ty = arg.ty
+            shape = [int(d) for d in ty.shape]
+            packed_shape = [shape[0] // lanes, *shape[1:], lanes]
+            new_ty = relax.TensorType(packed_shape, ty.dtype, ty.vdevice)
+            if isinstance(arg, tvm.ir.GenericConst):
+                for original, known_lanes, done in self.constants:
+                    if original.same_as(arg) and known_lanes == lanes:
+                        return done
+                data = tvm.runtime.tensor(pack_weight(arg.value.numpy(), lanes))
+                done = tvm.ir.GenericConst(data, new_ty)
+                self.constants.append((arg, lanes, done))
+                return done
+            key = (tuple(shape), str(ty.dtype), lanes, str(target))
+            if key not in self.pack_funcs:
+                self.pack_funcs[key] = self.builder_.add_func(
+                    _pack_weight_func(shape, str(ty.dtype), lanes, target), "pack_weight")
+            return self.builder_.emit(relax.call_tir(self.pack_funcs[key], [arg], new_ty))
+
+    rewriter = Repack()
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get()
 
 
 TUNED = "meta-schedule"
 
 
-__all__ = ["FAMILIES", "OptimizeLayers", "Rule", "TUNED", "optimize_function", "register_rule",
-           "reset_table", "rules_for", "table_rows"]
+__all__ = ["FAMILIES", "OptimizeLayers", "Rule", "TUNED", "optimize_function", "pack_weight",
+           "register_rule", "repack_weight_arguments", "reset_table", "rules_for", "table_rows"]

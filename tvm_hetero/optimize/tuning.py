@@ -230,10 +230,14 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
         if not todo or trials == 0:
             continue
         DeviceSet([device]).check_runtime()  # kernels are measured on the device itself
-        if progress:
-            progress(f"tuning {len(todo)} kernels on {device_name} ({trials} trials)")
-        _run_metaschedule(todo, target, trials, trials_per_iter, seed, db,
-                          device.target.get("num-cores"))
+        # tuned before, compared under older rules: compared again, not tuned again
+        untuned = [kernel for kernel in todo
+                   if not db.ms_database.has_workload(_workload(kernel[1], target))]
+        if untuned:
+            if progress:
+                progress(f"tuning {len(untuned)} kernels on {device_name} ({trials} trials)")
+            _run_metaschedule(untuned, target, trials, trials_per_iter, seed, db,
+                              device.target.get("num-cores"))
         for name, func, calls in todo:
             db.choices[_key(_workload(func, target))] = _compare(db, name, func, calls,
                                                                  device, target)
@@ -287,7 +291,7 @@ def _compare(db, name, func, calls, device, target) -> dict:
     workload = _workload(func, target)
     records = db.ms_database.get_top_k(db.ms_database.commit_workload(workload), 1 << 30)
     _, rule = optimize_function(func.with_attr("target", target), target)
-    rule_ms = time_kernel(kernel_for(func, device), func, device)
+    rule_ms = time_kernel(*kernel_for(func, device), device)
     tuned_ms = None
     sch = db.ms_database.query_schedule(workload, target=target, workload_name="main")
     if sch is not None:
