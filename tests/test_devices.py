@@ -92,3 +92,36 @@ def test_runtime_check_names_the_missing_device():
     with pytest.raises(DeviceError, match="device 'cuda' .* cannot run here"):
         devices.check_runtime()
     DeviceSet.parse(["cpu", "cpu-generic"]).check_runtime()
+
+
+def _runtime_threads_in_a_fresh_process(env_overrides):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
+    env.update(env_overrides)
+    code = ("import tvm_hetero, tvm; from tvm_hetero.devices import runtime_threads; "
+            "print(runtime_threads())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def test_tvm_runs_cpu_kernels_on_every_cpu_and_respects_the_users_setting():
+    from tvm_hetero.devices import host_num_cores
+
+    # TVM alone takes half the logical CPUs on x86: one thread on a 2-vCPU machine
+    assert _runtime_threads_in_a_fresh_process({}) == host_num_cores()
+    assert _runtime_threads_in_a_fresh_process({"TVM_NUM_THREADS": "1"}) == 1
+
+
+def test_too_few_runtime_threads_is_a_warning(caplog, monkeypatch):
+    import tvm_hetero.devices as devices
+
+    monkeypatch.setattr(devices, "runtime_threads", lambda: 1)
+    dev_set = DeviceSet.parse(["cpu"])
+    with caplog.at_level("WARNING", logger="tvm_hetero.devices"):
+        dev_set.check_runtime()
+    expected = "TVM_NUM_THREADS" if dev_set["cpu"].target["num-cores"] > 1 else None
+    assert (expected in caplog.text) if expected else caplog.text == ""

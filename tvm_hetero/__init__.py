@@ -14,7 +14,11 @@ The public API::
 ``tvm_hetero.prepare``).
 """
 
-from . import strategies
+from .devices import use_every_cpu_thread
+
+use_every_cpu_thread()  # before TVM's thread pool starts: see its docstring
+
+from . import strategies  # noqa: E402 (after the thread setting)
 from .annotate import AnnotateDevice
 from .build import CompiledModel, LatencySummary, build, load, time_function
 from .database import Database
