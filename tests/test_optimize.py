@@ -190,3 +190,19 @@ def test_tiled_declines_a_weight_it_would_gather():
                 y[vi, vj] = y[vi, vj] + x[vi, vk] * w[vk, vj]
 
     assert "T.vectorized" in tiled_reduction(dense_nn, target).script()
+
+
+def test_weights_lifted_to_a_second_device_are_packed_once_when_the_model_loads(cpu_devices):
+    model = zoo("resnet")
+    layers = th.extract_layers(model)
+    # the convolutions on the second device: their weights are lifted into hetero_weights()
+    placement = th.Placement({layer.name: "cpu-generic" if "conv2d" in layer.op_kinds else "cpu"
+                              for layer in layers})
+    compiled = th.build(model, placement, cpu_devices)
+    assert "packed-weights" in compiled.stats.rules.values()
+    assert "call  pack_weight" not in compiled.executable.as_text()  # not at each call
+    _, weights = compiled._session()
+    assert any(len(w.shape) == 5 for w in weights)  # [F/lanes, C, KH, KW, lanes]
+    inputs = model.random_inputs(seed=4)
+    reference = th.build(model, "all:cpu", cpu_devices, optimize=False).run(inputs)
+    assert max_relative_error(compiled.run(inputs), reference) < 1e-4

@@ -219,6 +219,7 @@ def repack_weight_arguments(mod):
     if not packed:
         return mod
     call_tir = tvm.ir.Op.get("relax.call_tir")
+    mod, prepacked = _pack_lifted_weights(mod, packed)
     kernels = {gv: mod[gv] for gv in packed}
     mod = tvm.IRModule({gv: func for gv, func in mod.functions_items() if gv not in packed},
                        attrs=mod.attrs, global_infos=mod.global_infos)
@@ -249,6 +250,8 @@ def repack_weight_arguments(mod):
                               call.attrs, call.ty_args)
 
         def _packed(self, arg, lanes, target):
+            if any(arg.same_as(var) for var in prepacked):
+                return arg
             ty = arg.ty
             shape = [int(d) for d in ty.shape]
             packed_shape = [shape[0] // lanes, *shape[1:], lanes]
@@ -272,6 +275,74 @@ def repack_weight_arguments(mod):
         if isinstance(func, relax.Function):
             rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
     return rewriter.builder_.get()
+
+
+def _pack_lifted_weights(mod, packed):
+    """Pack, in ``hetero_weights()``, the lifted weights (weights read on a device other than
+    the first: parameters of ``main``) that only packed kernels read, each in one layout: once
+    when the model loads instead of at each call. Returns the module and ``main``'s packed
+    parameters."""
+    import tvm
+    from tvm import relax
+
+    from ..annotate import WEIGHTS_FUNC, _substitute
+    from ..layers import main_bindings
+
+    names = {gv.name_hint for gv, _ in mod.functions_items()}
+    main = mod["main"] if "main" in names else None
+    if WEIGHTS_FUNC not in names or main is None or main.attrs is None \
+            or "num_input" not in main.attrs:
+        return mod, []
+    lifted = list(main.params[int(main.attrs["num_input"]):])
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    layouts: dict[int, set] = {}  # lifted index -> lanes of each use (None: not a packed use)
+    for binding in main_bindings(mod):
+        value = binding.value
+        is_call_tir = isinstance(value, relax.Call) and value.op.same_as(call_tir)
+        spec = packed.get(value.args[0]) if is_call_tir else None
+        args = list(value.args[1].fields) if is_call_tir else \
+            list(relax.analysis.free_vars(value))
+        for position, arg in enumerate(args):
+            for index, param in enumerate(lifted):
+                if arg.same_as(param):
+                    layouts.setdefault(index, set()).add(
+                        spec[1] if spec is not None and position == spec[0] else None)
+    lanes_of = {index: next(iter(uses)) for index, uses in layouts.items()
+                if len(uses) == 1 and None not in uses}
+    if not lanes_of:
+        return mod, []
+
+    weights = mod[WEIGHTS_FUNC]
+    copies = {binding.var: binding.value for block in weights.body.blocks
+              for binding in block.bindings}
+    builder = relax.BlockBuilder()
+    with builder.function(WEIGHTS_FUNC, [], attrs={"global_symbol": WEIGHTS_FUNC}):
+        outputs = []
+        for index, field in enumerate(weights.body.body.fields):
+            copy = copies[field]  # to_vdevice(constant, its device)
+            constant = copy.args[0]
+            if index in lanes_of:
+                data = pack_weight(constant.value.numpy(), lanes_of[index])
+                constant = tvm.ir.GenericConst(tvm.runtime.tensor(data), relax.TensorType(
+                    list(data.shape), str(data.dtype)))
+            outputs.append(builder.emit(relax.op.to_vdevice(constant, copy.attrs.dst_vdevice)))
+        builder.emit_func_output(relax.Tuple(outputs))
+    params, renamed = list(main.params), {}
+    for index, lanes in lanes_of.items():
+        old = lifted[index]
+        shape = [int(d) for d in old.ty.shape]
+        new = relax.Var(old.name, relax.TensorType(
+            [shape[0] // lanes, *shape[1:], lanes], old.ty.dtype, old.ty.vdevice))
+        params[params.index(old)] = renamed[old] = new
+    functions = dict(mod.functions_items())
+    for gv in functions:
+        if gv.name_hint == WEIGHTS_FUNC:
+            functions[gv] = builder.get()[WEIGHTS_FUNC]
+        elif gv.name_hint == "main":
+            functions[gv] = relax.Function(params, _substitute(main.body, renamed), None,
+                                           main.is_pure, main.attrs)
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos), \
+        list(renamed.values())
 
 
 TUNED = "meta-schedule"
