@@ -143,6 +143,10 @@ def optimize_function(func, target):
 def OptimizeLayers(tuning=None, chosen: dict | None = None):  # noqa: N802 (TVM pass style)
     """A module pass scheduling every PrimFunc that has a target by its (family, kind) rules.
 
+    A kernel scheduled with a packed weight (the ``packed-weights`` rule) changes its weight
+    parameter's layout; the pass then gives it its weight in that layout
+    (:func:`repack_weight_arguments`).
+
     Parameters
     ----------
     tuning : TuningDatabase, optional
@@ -240,8 +244,10 @@ def repack_weight_arguments(mod):
 
         def visit_call_(self, call):
             call = self.visit_expr_post_order(call)
+            if not call.op.same_as(call_tir):
+                return call
             callee = next((gv for gv, new in renamed.items() if new.same_as(call.args[0])), None)
-            if not call.op.same_as(call_tir) or callee is None:
+            if callee is None:
                 return call
             index, lanes, target = packed[callee]
             fields = list(call.args[1].fields)
