@@ -113,10 +113,11 @@ def _random_tensor(shape, dtype, dev, rng):
     return tvm.runtime.tensor(data, dev)
 
 
-def kernel_for(func, device: Device):
+def kernel_for(func, device: Device, chosen: dict | None = None):
     """A layer's PrimFunc compiled alone for one device, scheduled by the rules the placed
     executable's kernels get: ``(library, scheduled PrimFunc)`` (a rule may change the
-    parameters' layout: time the library with the scheduled function's parameters)."""
+    parameters' layout: time the library with the scheduled function's parameters).
+    `chosen` receives ``{"main": rule name}``."""
     import tvm
 
     target = device.tvm_target()
@@ -125,7 +126,8 @@ def kernel_for(func, device: Device):
     from .build import schedule_passes
 
     with target:
-        mod = tvm.transform.Sequential(schedule_passes(DeviceSet([device])))(mod)
+        mod = tvm.transform.Sequential(schedule_passes(DeviceSet([device]),
+                                                       chosen=chosen))(mod)
     return tvm.tirx.build(mod, target=target), mod["main"]
 
 

@@ -8,8 +8,8 @@ table's rules, on that device, alone, on the same random arguments. The MetaSche
 (``choices.json``) live in one directory: a later run reuses every kernel already there
 instead of tuning it again, and :func:`tvm_hetero.build` with ``tuning_db=DIR`` schedules a
 kernel by its tuned schedule only where that one measured faster than the rules. Comparisons
-made against older default rules (``optimize.RULES_VERSION``) are not used: the kernel is tuned
-and compared again.
+made against older default rules (``optimize.RULES_VERSION``) are not used: the kernel is
+compared again (and tuned again only when the MetaSchedule database has no record of it).
 
 A kernel is tuned per target: the same convolution on ``cpu`` (znver5) and on
 ``cpu-generic`` (x86-64) are two workloads, since the best schedule of one is not the other's.
@@ -286,12 +286,13 @@ def _compare(db, name, func, calls, device, target) -> dict:
     import tvm
 
     from ..profiles import kernel_for, time_kernel
-    from . import RULES_VERSION, optimize_function
+    from . import RULES_VERSION
 
     workload = _workload(func, target)
     records = db.ms_database.get_top_k(db.ms_database.commit_workload(workload), 1 << 30)
-    _, rule = optimize_function(func.with_attr("target", target), target)
-    rule_ms = time_kernel(*kernel_for(func, device), device)
+    chosen: dict = {}  # the rule kernel_for's scheduling took
+    rule_ms = time_kernel(*kernel_for(func, device, chosen), device)
+    rule = chosen.get("main")
     tuned_ms = None
     sch = db.ms_database.query_schedule(workload, target=target, workload_name="main")
     if sch is not None:
