@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..layers import LAYER_KINDS, OP_KINDS_ATTR, kernel_kind
-from .cpu import PACKED_WEIGHTS_ATTR, packed_conv2d, parallel_loops, tiled_reduction
+from .cpu import (PACKED_WEIGHTS_ATTR, packed_conv2d, parallel_loops, pixel_lanes_1x1,
+                  tiled_reduction)
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ FAMILIES = ("cpu", "cuda", "other")
 # Bumped whenever a default rule changes the code it generates (or how kernels are timed: 4 is
 # the first with TVM's runtime on every CPU thread): tuned-vs-rules comparisons stored in a
 # tuning database under another version are measured again.
-RULES_VERSION = 4
+RULES_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,9 @@ TILED = Rule("tiled", "register tiles of output rows x vector lanes accumulated 
 PACKED = Rule("packed-weights", "vector lanes along output channels, the weight repacked "
                "[F/lanes, C, KH, KW, lanes] at build time; register tiles of channel vectors x "
                "output columns; epilogue per tile", packed_conv2d)
+PIXEL_LANES = Rule("pixel-lanes-1x1", "1x1 stride-1 convolutions with a residual add: a "
+                    "matrix product with vector lanes along the pixels (contiguous residual "
+                    "and output); register tiles of channels x pixel vectors", pixel_lanes_1x1)
 CPU_GEMV = Rule("dlight.cpu.GEMV", "TVM dlight CPU rule for matrix-vector products",
                 _dlight("GEMV", "cpu"))
 CPU_REDUCTION = Rule("dlight.cpu.Reduction", "TVM dlight CPU rule for reductions",
@@ -85,7 +89,7 @@ def _defaults() -> None:
         _TABLE[("cpu", kind)] = [PARALLEL]
         _TABLE[("cuda", kind)] = _gpu_rules()
         _TABLE[("other", kind)] = _gpu_rules()
-    _TABLE[("cpu", "conv2d")] = [PACKED, TILED, PARALLEL]
+    _TABLE[("cpu", "conv2d")] = [PIXEL_LANES, PACKED, TILED, PARALLEL]
     _TABLE[("cpu", "matmul")] = [TILED, CPU_GEMV, PARALLEL]
     _TABLE[("cpu", "reduction")] = [PARALLEL, CPU_REDUCTION]
 
