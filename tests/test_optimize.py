@@ -1,7 +1,9 @@
 import json
+import re
 
 import numpy as np
 import pytest
+from tvm.script import tirx as T
 
 import tvm_hetero as th
 from tvm_hetero import optimize
@@ -49,6 +51,7 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
     by_pair = dict(((f, k), names) for f, k, names in rows)
     assert by_pair[("cpu", "conv2d")] == ["pixel-lanes-1x1", "packed-weights", "tiled",
                                          "parallel-loops"]
+    assert by_pair[("cpu", "pooling")] == ["pooling-rows", "parallel-loops"]
     seen = []
 
     def mark(func, target):
@@ -255,3 +258,45 @@ def test_a_short_window_reduction_is_packed_only_where_tiled_lanes_would_be_ragg
     assert th.build(squeezenet, "all:cpu", cpu_devices).stats.rules[first_conv] \
         == "packed-weights"  # 111 columns: the tiled rule would get 3 lanes
     assert th.build(zoo("cnn"), "all:cpu", cpu_devices).stats.rules[first_conv] == "tiled"
+
+
+def test_windowed_pools_take_pooling_rows_unless_the_width_has_no_lanes(cpu_devices):
+    squeezenet = th.load_model(light_model("squeezenet"), name="squeezenet")
+    rules = th.build(squeezenet, "all:cpu", cpu_devices).stats.rules
+    # 55, 27 and 13 output columns: 11, 9 and 13 lanes; the global average pool is a reduction
+    assert sorted(k for k, rule in rules.items() if rule == "pooling-rows") \
+        == ["max_pool2d", "max_pool2d1", "max_pool2d2"], rules
+    from tvm_hetero.optimize.cpu import pooling_rows
+
+    @T.prim_func(private=True, s_tir=True)
+    def pool_17_wide(x: T.Buffer((1, 8, 35, 35), "float32"),
+                     y: T.Buffer((1, 8, 17, 17), "float32")):
+        T.func_attr({"tvm_hetero.op_kinds": ["max_pool2d"]})
+        for n, c, h, w, rh, rw in T.grid(1, 8, 17, 17, 3, 3):
+            with T.sblock("pool"):
+                vn, vc, vh, vw, vrh, vrw = T.axis.remap("SSSSRR", [n, c, h, w, rh, rw])
+                with T.init():
+                    y[vn, vc, vh, vw] = T.float32(-3.4e38)
+                y[vn, vc, vh, vw] = T.max(y[vn, vc, vh, vw], x[vn, vc, vh * 2 + vrh, vw * 2 + vrw])
+
+    target = cpu_devices["cpu"].tvm_target()
+    assert pooling_rows(pool_17_wide, target) is None  # 17 columns: no 4 to 16 lanes divide
+
+
+def test_parallel_loops_keeps_the_innermost_loop_of_an_elementwise_kernel_apart():
+    import tvm
+
+    from tvm_hetero.optimize.cpu import parallel_loops
+
+    @T.prim_func(private=True, s_tir=True)
+    def concat(a: T.Buffer((1, 64, 55, 55), "float32"), b: T.Buffer((1, 64, 55, 55), "float32"),
+               y: T.Buffer((1, 128, 55, 55), "float32")):
+        for n, c, h, w in T.grid(1, 128, 55, 55):
+            with T.sblock("concat"):
+                vn, vc, vh, vw = T.axis.remap("SSSS", [n, c, h, w])
+                y[vn, vc, vh, vw] = T.if_then_else(64 <= vc, b[vn, vc - 64, vh, vw],
+                                                   a[vn, vc, vh, vw])
+
+    script = parallel_loops(concat, tvm.target.Target({"kind": "llvm"})).script()
+    # rows in parallel; each row's 55 columns one inner loop (no index division per element)
+    assert re.search(r"in T.parallel\(7040\):\n\s+for \w+ in range\(55\):", script), script

@@ -23,7 +23,7 @@ from typing import Callable
 
 from ..layers import LAYER_KINDS, OP_KINDS_ATTR, kernel_kind
 from .cpu import (PACKED_WEIGHTS_ATTR, packed_conv2d, parallel_loops, pixel_lanes_1x1,
-                  tiled_reduction)
+                  pooling_rows, tiled_reduction)
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,9 @@ PACKED = Rule("packed-weights", "vector lanes along output channels, the weight 
 PIXEL_LANES = Rule("pixel-lanes-1x1", "1x1 stride-1 convolutions with a residual add: a "
                     "matrix product with vector lanes along the pixels (contiguous residual "
                     "and output); register tiles of channels x pixel vectors", pixel_lanes_1x1)
+POOLING_ROWS = Rule("pooling-rows", "windowed pooling: one output row per parallel task, "
+                    "updated with vectors of output columns per window offset; padding "
+                    "computed first", pooling_rows)
 CPU_GEMV = Rule("dlight.cpu.GEMV", "TVM dlight CPU rule for matrix-vector products",
                 _dlight("GEMV", "cpu"))
 CPU_REDUCTION = Rule("dlight.cpu.Reduction", "TVM dlight CPU rule for reductions",
@@ -91,6 +94,7 @@ def _defaults() -> None:
         _TABLE[("other", kind)] = _gpu_rules()
     _TABLE[("cpu", "conv2d")] = [PIXEL_LANES, PACKED, TILED, PARALLEL]
     _TABLE[("cpu", "matmul")] = [TILED, CPU_GEMV, PARALLEL]
+    _TABLE[("cpu", "pooling")] = [POOLING_ROWS, PARALLEL]
     _TABLE[("cpu", "reduction")] = [PARALLEL, CPU_REDUCTION]
 
 
