@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3,
-                        help="interleaved rounds of onnxruntime, rules, tuned; best of each")
+                        help="rounds over all models of onnxruntime, rules, tuned; best of each")
     parser.add_argument("--trials-per-kernel", type=int, default=16)
     parser.add_argument("--tuning-db", default="benchmarks/.tuning",
                         help="tuning databases, one directory per model (default: %(default)s)")
@@ -42,9 +42,7 @@ def main() -> None:
     devices = th.DeviceSet.parse(["cpu"])
     print(f"onnxruntime CPU provider with {threads} threads; tvm_hetero all on cpu "
           f"({devices['cpu'].target['mcpu']}, {threads} cores)")
-    print(f"{'model':<14}{'ort ms':>9}{'unopt. ms':>11}{'rules ms':>10}{'tuned ms':>10}"
-          f"{'rules/ort':>11}{'tuned/ort':>11}{'unopt/ort':>11}{'trials':>8}{'tuned k.':>10}"
-          f"{'tune s':>8}")
+    rows = []
     for name in args.models.split(","):
         source = th.zoo_model(name[4:]) if name.startswith("zoo:") else light_model(name)
         model = th.load_model(source, name=name.removeprefix("zoo:"))
@@ -75,21 +73,35 @@ def main() -> None:
         if tuned is not None:
             assert np.allclose(tuned.run(inputs)[0], expected, rtol=1e-3, atol=1e-4)
             used = sum(1 for rule in tuned.stats.rules.values() if rule == "meta-schedule")
-        # Interleaved rounds, best median of each: this machine drifts between a fast state and
-        # one 1.3-2x slower for seconds at a time (both runtimes, small models most).
-        ort_ms = rules_ms = tuned_ms = float("inf")
-        for _ in range(args.rounds):
-            ort_ms = min(ort_ms, th.time_function(lambda: session.run(None, feed),
-                                                  repeat=repeat).median)
-            rules_ms = min(rules_ms, rules.benchmark(inputs, repeat=repeat).median)
-            if tuned is not None:
-                tuned_ms = min(tuned_ms, tuned.benchmark(inputs, repeat=repeat).median)
-        tuned_ms = tuned_ms if tuned is not None else float("nan")
-        print(f"{model.name:<14}{ort_ms:>9.3f}{plain_ms:>11.3f}{rules_ms:>10.3f}"
-              f"{tuned_ms:>10.3f}{rules_ms / ort_ms:>11.2f}{tuned_ms / ort_ms:>11.2f}"
-              f"{plain_ms / ort_ms:>11.2f}{trials:>8}{f'{used}/{kernels}':>10}{tune_s:>8.0f}",
+        print(f"built {model.name}: unoptimized {plain_ms:.3f} ms, tuning {tune_s:.0f} s",
               flush=True)
-
+        rows.append(dict(name=model.name, session=session, feed=feed, rules=rules, tuned=tuned,
+                         inputs=inputs, repeat=repeat, plain_ms=plain_ms, trials=trials,
+                         used=used, kernels=kernels, tune_s=tune_s,
+                         ort_ms=float("inf"), rules_ms=float("inf"), tuned_ms=float("inf")))
+    # Rounds over all models, best median of each: this machine drifts between a fast state
+    # and one 1.3-2x slower, for seconds to minutes at a time (both runtimes, small models most).
+    for _ in range(args.rounds):
+        for row in rows:
+            session, feed, inputs, repeat = row["session"], row["feed"], row["inputs"], \
+                row["repeat"]
+            row["ort_ms"] = min(row["ort_ms"], th.time_function(
+                lambda: session.run(None, feed), repeat=repeat).median)
+            row["rules_ms"] = min(row["rules_ms"],
+                                  row["rules"].benchmark(inputs, repeat=repeat).median)
+            if row["tuned"] is not None:
+                row["tuned_ms"] = min(row["tuned_ms"],
+                                      row["tuned"].benchmark(inputs, repeat=repeat).median)
+    print(f"{'model':<14}{'ort ms':>9}{'unopt. ms':>11}{'rules ms':>10}{'tuned ms':>10}"
+          f"{'rules/ort':>11}{'tuned/ort':>11}{'unopt/ort':>11}{'trials':>8}{'tuned k.':>10}"
+          f"{'tune s':>8}")
+    for row in rows:
+        ort_ms, rules_ms, plain_ms = row["ort_ms"], row["rules_ms"], row["plain_ms"]
+        tuned_ms = row["tuned_ms"] if row["tuned"] is not None else float("nan")
+        print(f"{row['name']:<14}{ort_ms:>9.3f}{plain_ms:>11.3f}{rules_ms:>10.3f}"
+              f"{tuned_ms:>10.3f}{rules_ms / ort_ms:>11.2f}{tuned_ms / ort_ms:>11.2f}"
+              f"{plain_ms / ort_ms:>11.2f}{row['trials']:>8}"
+              f"{str(row['used']) + '/' + str(row['kernels']):>10}{row['tune_s']:>8.0f}")
 
 if __name__ == "__main__":
     main()
