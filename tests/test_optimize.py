@@ -300,3 +300,12 @@ def test_parallel_loops_keeps_the_innermost_loop_of_an_elementwise_kernel_apart(
     script = parallel_loops(concat, tvm.target.Target({"kind": "llvm"})).script()
     # rows in parallel; each row's 55 columns one inner loop (no index division per element)
     assert re.search(r"in T.parallel\(7040\):\n\s+for \w+ in range\(55\):", script), script
+
+
+def test_a_residual_add_goes_to_the_tiled_rule_where_it_gets_whole_vectors(cpu_devices):
+    rules = th.build(zoo("resnet"), "all:cpu", cpu_devices).stats.rules
+    # the same 3x3 convolutions (32 and 16 columns), with and without the residual add
+    assert rules["fused_conv2d1_add_add1_relu"] == rules["fused_conv2d3_add2_add3_relu1"] \
+        == "tiled"
+    assert rules["fused_conv2d1_add_relu"] == rules["fused_conv2d3_add2_relu1"] \
+        == "packed-weights"
