@@ -4,6 +4,13 @@
 along the output channels, the weight repacked once at build time so that those lanes are
 contiguous; see its docstring.
 
+``pixel_lanes_1x1`` (the ``pixel-lanes-1x1`` rule, for 1x1 stride-1 convolutions with a
+residual add): a matrix product with vector lanes along the pixels, so the residual and the
+output are read and written in whole vectors; see its docstring.
+
+``pooling_rows`` (the ``pooling-rows`` rule, for windowed pools): one output row per parallel
+task, updated with vectors of output columns for each window offset; see its docstring.
+
 ``tiled_reduction`` (the ``tiled`` rule, for convolutions and matmuls): register tiles of output
 rows x vector lanes accumulated over the whole reduction, the epilogue computed per tile; see
 its docstring.
@@ -508,8 +515,8 @@ def pooling_rows(func, target):
 
     Each parallel task computes one output row of one channel: the row is initialized, then
     every window offset ``(ry, rx)`` updates it with vectors of output columns (strided input
-    loads for a stride-2 pool), so the row stays in registers and no element re-tests its
-    window's bounds; padding, when there is any, is computed first, in parallel. Lanes: the
+    loads for a stride-2 pool) while the row is in the L1 cache, and no element re-tests its
+    window's bounds: padding, when there is any, is computed first, in parallel. Lanes: the
     largest divisor of the width up to `POOL_LANES`. Returns None for other kernels and for
     widths with no divisor of at least 4 lanes (those keep ``parallel-loops``).
     """
