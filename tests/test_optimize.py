@@ -140,7 +140,6 @@ def test_packed_weights_are_repacked_constants_in_the_built_module(cpu_devices):
 
 
 def _conv_with_weight_input():
-    import onnx
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])
@@ -214,7 +213,6 @@ def test_weights_lifted_to_a_second_device_are_packed_once_when_the_model_loads(
 
 
 def _conv1x1_residual(stride: int):
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     size = 8 // stride

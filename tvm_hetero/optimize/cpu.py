@@ -288,6 +288,24 @@ def _direct_conv_weight(func, block) -> int | None:
     return index[0] if index else None
 
 
+def _is_reduction(sch, block_rv) -> bool:
+    from tvm import tirx
+
+    return any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block_rv).iter_vars)
+
+
+def _direct_conv(func, sch):
+    """``(root blocks, index of the convolution block, weight parameter index)`` of a kernel
+    whose one reduction is a direct NCHW convolution, else None. The blocks as written
+    (normalize_prim_func would drop the unit loops of a 1x1 kernel)."""
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    reductions = [i for i, block_rv in enumerate(blocks) if _is_reduction(sch, block_rv)]
+    if len(reductions) != 1:
+        return None
+    weight_index = _direct_conv_weight(func, sch.get(blocks[reductions[0]]))
+    return None if weight_index is None else (blocks, reductions[0], weight_index)
+
+
 def packed_conv2d(func, target):
     """Schedule a direct NCHW convolution with vector lanes along the output channels.
 
@@ -302,26 +320,20 @@ def packed_conv2d(func, target):
     first, in parallel. Returns None for other kernels (grouped or depthwise convolutions,
     channel counts that are not a multiple of the lanes, non-float32).
     """
-    from tvm import ir, s_tir, tirx
+    from tvm import ir, s_tir
 
     if kernel_kind(func) != "conv2d":
         return None
     lanes, registers = vector_lanes(target)
     sch = s_tir.Schedule(func)
-    # the blocks as written (normalize_prim_func would drop the unit loops of a 1x1 kernel)
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    reductions = [i for i, block_rv in enumerate(blocks)
-                  if any(iv.iter_type == tirx.IterVar.CommReduce
-                         for iv in sch.get(block_rv).iter_vars)]
-    if len(reductions) != 1:
+    found = _direct_conv(func, sch)
+    if found is None:
         return None
-    main_index = reductions[0]
+    blocks, main_index, weight_index = found
     conv = blocks[main_index]
     block = sch.get(conv)
-    weight_index = _direct_conv_weight(func, block)
     loops = sch.get_loops(conv)
-    if weight_index is None or len(loops) != len(block.iter_vars) \
-            or any(_extent(sch, lp) is None for lp in loops):
+    if len(loops) != len(block.iter_vars) or any(_extent(sch, lp) is None for lp in loops):
         return None
     weight = func.params[weight_index].ty
     channels, window = int(weight.shape[0]), int(weight.shape[2]) * int(weight.shape[3])
@@ -424,25 +436,19 @@ def pixel_lanes_1x1(func, target):
     0.50 -> 0.26 ms, 128 -> 512 at 28x28 0.31 -> 0.27 ms. Returns None for other kernels
     (and when the pixels are not a multiple of the vector lanes).
     """
-    from tvm import s_tir, tirx
+    from tvm import s_tir
     from tvm.sym.analyzer import Analyzer
 
     if kernel_kind(func) != "conv2d":
         return None
     lanes, registers = vector_lanes(target)
     sch = s_tir.Schedule(func)
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    reductions = [i for i, block_rv in enumerate(blocks)
-                  if any(iv.iter_type == tirx.IterVar.CommReduce
-                         for iv in sch.get(block_rv).iter_vars)]
-    if len(reductions) != 1 or reductions[0] == len(blocks) - 1:
+    found = _direct_conv(func, sch)
+    if found is None or found[1] == len(found[0]) - 1:  # no epilogue: no residual either
         return None
-    main_index = reductions[0]
+    blocks, main_index, weight_index = found
     conv = blocks[main_index]
     block = sch.get(conv)
-    weight_index = _direct_conv_weight(func, block)
-    if weight_index is None:
-        return None
     weight = func.params[weight_index].ty
     out = sch.get(blocks[-1]).writes[0].source
     if str(weight.dtype) != "float32" or any(int(d) != 1 for d in weight.shape[2:]) \
@@ -527,9 +533,7 @@ def pooling_rows(func, target):
         return None
     sch = s_tir.Schedule(func)
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    reductions = [block_rv for block_rv in blocks
-                  if any(iv.iter_type == tirx.IterVar.CommReduce
-                         for iv in sch.get(block_rv).iter_vars)]
+    reductions = [block_rv for block_rv in blocks if _is_reduction(sch, block_rv)]
     if len(reductions) != 1:
         return None
     pool = reductions[0]
