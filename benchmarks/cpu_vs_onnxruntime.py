@@ -24,6 +24,7 @@ from tvm_hetero.devices import host_num_cores
 from tvm_hetero.optimize.tuning import TuningDatabase, tune_kernels
 from tvm_hetero.testing import light_model
 
+SETTLE_S = 1.0
 MODELS = ["zoo:mlp", "zoo:cnn", "zoo:vgg", "zoo:resnet", "zoo:transformer", "bvlc_alexnet",
           "squeezenet", "resnet50"]
 
@@ -81,15 +82,20 @@ def main() -> None:
                          ort_ms=float("inf"), rules_ms=float("inf"), tuned_ms=float("inf")))
     # Rounds over all models, best median of each: this machine drifts between a fast state
     # and one 1.3-2x slower, for seconds to minutes at a time (both runtimes, small models most).
+    # Each runtime's pool threads spin for a while after a run: a pause before each
+    # measurement keeps one runtime's spinning threads off the other's cores.
     for _ in range(args.rounds):
         for row in rows:
             session, feed, inputs, repeat = row["session"], row["feed"], row["inputs"], \
                 row["repeat"]
+            time.sleep(SETTLE_S)
             row["ort_ms"] = min(row["ort_ms"], th.time_function(
                 lambda: session.run(None, feed), repeat=repeat).median)
+            time.sleep(SETTLE_S)
             row["rules_ms"] = min(row["rules_ms"],
                                   row["rules"].benchmark(inputs, repeat=repeat).median)
             if row["tuned"] is not None:
+                time.sleep(SETTLE_S)
                 row["tuned_ms"] = min(row["tuned_ms"],
                                       row["tuned"].benchmark(inputs, repeat=repeat).median)
     print(f"{'model':<14}{'ort ms':>9}{'unopt. ms':>11}{'rules ms':>10}{'tuned ms':>10}"
