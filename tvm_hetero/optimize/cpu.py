@@ -306,6 +306,18 @@ def _direct_conv(func, sch):
     return None if weight_index is None else (blocks, reductions[0], weight_index)
 
 
+def _accumulate_in_registers(sch, block, unrolled, lanes, parallel, first_reduction) -> None:
+    """The register tile's last steps: its loops unrolled, its lanes vectorized, the tiles
+    parallel, and the accumulators' initialization split out (vectorized) ahead of
+    `first_reduction`."""
+    for loop in unrolled:
+        sch.unroll(loop)
+    sch.vectorize(lanes)
+    sch.parallel(parallel)
+    init = sch.decompose_reduction(block, first_reduction)
+    sch.vectorize(sch.get_loops(init)[-1])
+
+
 def packed_conv2d(func, target):
     """Schedule a direct NCHW convolution with vector lanes along the output channels.
 
@@ -378,13 +390,8 @@ def packed_conv2d(func, target):
     sch.vectorize(f_lane)
     for loop in tile_x:  # constant indices: the accumulators stay in registers
         sch.unroll(loop)
-    parallel = sch.fuse(n, f_outer, y)
-    sch.unroll(f_vectors)
-    sch.unroll(x_inner)
-    sch.vectorize(f_lanes)
-    sch.parallel(parallel)
-    init = sch.decompose_reduction(conv, rc)
-    sch.vectorize(sch.get_loops(init)[-1])
+    _accumulate_in_registers(sch, conv, [f_vectors, x_inner], f_lanes,
+                             sch.fuse(n, f_outer, y), rc)
     for block_rv in prologue:  # padding: parallel over channels
         prologue_loops = sch.get_loops(block_rv)
         if len(prologue_loops) > 1:
@@ -502,12 +509,7 @@ def pixel_lanes_1x1(func, target):
     sch.vectorize(tile_lanes)
     for loop in tile_rows + [tile_vectors]:  # constant indices: accumulators in registers
         sch.unroll(loop)
-    sch.unroll(f_inner)
-    sch.unroll(p_vectors)
-    sch.vectorize(p_lanes)
-    sch.parallel(parallel)
-    init = sch.decompose_reduction(conv, rc)
-    sch.vectorize(sch.get_loops(init)[-1])
+    _accumulate_in_registers(sch, conv, [f_inner, p_vectors], p_lanes, parallel, rc)
     return sch.mod["main"]
 
 
