@@ -451,11 +451,10 @@ def pixel_lanes_1x1(func, target):
     lanes, registers = vector_lanes(target)
     sch = s_tir.Schedule(func)
     found = _direct_conv(func, sch)
-    if found is None or found[1] == len(found[0]) - 1:  # no epilogue: no residual either
+    if found is None:
         return None
     blocks, main_index, weight_index = found
     conv = blocks[main_index]
-    block = sch.get(conv)
     weight = func.params[weight_index].ty
     out = sch.get(blocks[-1]).writes[0].source
     if str(weight.dtype) != "float32" or any(int(d) != 1 for d in weight.shape[2:]) \
