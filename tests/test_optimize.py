@@ -52,6 +52,7 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
     assert by_pair[("cpu", "conv2d")] == ["pixel-lanes-1x1", "packed-weights", "tiled",
                                          "parallel-loops"]
     assert by_pair[("cpu", "pooling")] == ["pooling-rows", "parallel-loops"]
+    assert by_pair[("cpu", "elementwise")] == ["concat-copies", "parallel-loops"]
     seen = []
 
     def mark(func, target):
@@ -126,14 +127,14 @@ def test_packed_weights_are_repacked_constants_in_the_built_module(cpu_devices):
     packed = {gv.name_hint: func.attrs[PACKED_WEIGHTS_ATTR] for gv, func in
               scheduled.functions_items() if isinstance(func, tvm.tirx.PrimFunc)
               and func.attrs is not None and PACKED_WEIGHTS_ATTR in func.attrs}
-    # every convolution kernel of ResNet-50 but the two pixel-lanes-1x1 takes
-    assert len(packed) == 22
+    # every convolution kernel of ResNet-50 but the eight pixel-lanes-1x1 takes
+    assert len(packed) == 16
     weights = [arg for binding in main_bindings(scheduled)
                if isinstance(binding.value, tvm.relax.Call) and len(binding.value.args) > 1
                and isinstance(binding.value.args[0], tvm.ir.GlobalVar)
                and binding.value.args[0].name_hint in packed
                for arg in binding.value.args[1].fields[1:2]]
-    assert len(weights) == 46  # one per call (53 less 7), all repacked at build time
+    assert len(weights) == 37  # one per call (53 less 16), all repacked at build time
     assert all(isinstance(w, tvm.ir.GenericConst) and len(w.ty.shape) == 5 for w in weights)
     assert not any(gv.name_hint.startswith("pack_weight") for gv, _ in
                    scheduled.functions_items())
@@ -241,13 +242,21 @@ def test_a_1x1_convolution_with_a_residual_add_takes_pixel_lanes(stride, rule, c
     assert max_relative_error(compiled.run(inputs), expected) < 1e-5
 
 
-def test_resnet50s_residual_1x1_convolutions_take_pixel_lanes(cpu_devices):
+def test_resnet50s_stride_1_1x1_convolutions_at_56_and_28_take_pixel_lanes(cpu_devices):
     model = th.load_model(light_model("resnet50"), name="resnet50")
+    layers = {layer.func_name: layer for layer in th.extract_layers(model)}
     rules = th.build(model, "all:cpu", cpu_devices).stats.rules
-    taken = sorted(name for name, rule in rules.items() if rule == "pixel-lanes-1x1")
-    # 64 -> 256 at 56x56 and 128 -> 512 at 28x28; at 14x14 and 7x7 the pixels are not a
-    # multiple of the vector lanes (and the other 1x1 convolutions have no residual)
-    assert len(taken) == 2 and all(name.count("_add") == 2 for name in taken), taken
+    taken = {name for name, rule in rules.items() if rule == "pixel-lanes-1x1"}
+    # at 14x14 and 7x7 the pixels are not a multiple of the vector lanes
+    expected = {name for name, layer in layers.items() if layer.kind == "conv2d"
+                # a 1x1 weight (plus the batch norm's vectors): far below a 3x3 one
+                and layer.param_bytes // 4
+                < 2 * layer.inputs[0].shape[1] * layer.outputs[0].shape[1]
+                and layer.inputs[0].shape[2:] == layer.outputs[0].shape[2:]  # stride 1
+                and layer.outputs[0].shape[2] in (56, 28)}
+    assert taken == expected and len(taken) == 8, sorted(taken)
+    # with and without a residual add (64 -> 256 at 56x56: both)
+    assert {name.count("_add") for name in taken} == {1, 2}
 
 
 def test_a_short_window_reduction_is_packed_only_where_tiled_lanes_would_be_ragged(cpu_devices):
@@ -281,6 +290,60 @@ def test_windowed_pools_take_pooling_rows_unless_the_width_has_no_lanes(cpu_devi
     assert pooling_rows(pool_17_wide, target) is None  # 17 columns: no 4 to 16 lanes divide
 
 
+def test_a_concatenation_is_one_parallel_copy_per_input(cpu_devices):
+    import numpy as np
+    import tvm
+
+    from tvm_hetero.optimize.cpu import concat_copies
+
+    @T.prim_func(private=True, s_tir=True)
+    def concat(a: T.Buffer((1, 64, 55, 55), "float32"), b: T.Buffer((1, 32, 55, 55), "float32"),
+               c: T.Buffer((1, 16, 55, 55), "float32"), y: T.Buffer((1, 112, 55, 55), "float32")):
+        T.func_attr({"tvm_hetero.op_kinds": ["concatenate"]})
+        for n, ch, h, w in T.grid(1, 112, 55, 55):
+            with T.sblock("concat"):
+                vn, vc, vh, vw = T.axis.remap("SSSS", [n, ch, h, w])
+                y[vn, vc, vh, vw] = T.if_then_else(
+                    96 <= vc, c[vn, vc - 96, vh, vw],
+                    T.if_then_else(64 <= vc, b[vn, vc - 64, vh, vw], a[vn, vc, vh, vw]))
+
+    target = cpu_devices["cpu"].tvm_target()
+    scheduled = concat_copies(concat, target)
+    script = scheduled.script()
+    # one parallel loop per input (channels 0-64, 64-96, 96-112), each over whole planes
+    assert re.findall(r"in T.parallel\(([^)]*)\):\n\s+for \w+ in range\((\d+)\)", script) \
+        == [("64", "3025"), ("64, 96", "3025"), ("96, 112", "3025")], script
+    lib = tvm.tirx.build(tvm.IRModule({"main": scheduled.with_attr("global_symbol", "main")}),
+                         target=target)
+    rng = np.random.default_rng(0)
+    parts = [rng.standard_normal((1, ch, 55, 55)).astype("float32") for ch in (64, 32, 16)]
+    out = tvm.runtime.tensor(np.zeros((1, 112, 55, 55), "float32"))
+    lib["main"](*[tvm.runtime.tensor(p) for p in parts], out)
+    np.testing.assert_array_equal(out.numpy(), np.concatenate(parts, axis=1))
+    assert concat_copies(_elementwise_add(), target) is None  # not a concatenation
+
+
+def test_squeezenets_concatenations_take_concat_copies(cpu_devices):
+    squeezenet = th.load_model(light_model("squeezenet"), name="squeezenet")
+    rules = th.build(squeezenet, "all:cpu", cpu_devices).stats.rules
+    assert sorted(k for k, rule in rules.items() if rule == "concat-copies") == [
+        "concatenate", "concatenate1", "concatenate2", "concatenate3",
+        "fused_concatenate3_dropout"], rules
+
+
+def _elementwise_add():
+    @T.prim_func(private=True, s_tir=True)
+    def add(a: T.Buffer((64, 64), "float32"), b: T.Buffer((64, 64), "float32"),
+            y: T.Buffer((64, 64), "float32")):
+        T.func_attr({"tvm_hetero.op_kinds": ["add"]})
+        for i, j in T.grid(64, 64):
+            with T.sblock("add"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                y[vi, vj] = a[vi, vj] + b[vi, vj]
+
+    return add
+
+
 def test_parallel_loops_keeps_the_innermost_loop_of_an_elementwise_kernel_apart():
     import tvm
 
@@ -305,5 +368,7 @@ def test_a_residual_add_goes_to_the_tiled_rule_where_it_gets_whole_vectors(cpu_d
     # the same 3x3 convolutions (32 and 16 columns), with and without the residual add
     assert rules["fused_conv2d1_add_add1_relu"] == rules["fused_conv2d3_add2_add3_relu1"] \
         == "tiled"
-    assert rules["fused_conv2d1_add_relu"] == rules["fused_conv2d3_add2_relu1"] \
-        == "packed-weights"
+    # without it: 32 channels are packed; 16 channels, one vector, go to tiled (a packed
+    # tile of one channel vector loads 17 vectors per 16 multiply-adds)
+    assert rules["fused_conv2d3_add2_relu1"] == "packed-weights"
+    assert rules["fused_conv2d1_add_relu"] == "tiled"

@@ -22,17 +22,18 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..layers import LAYER_KINDS, OP_KINDS_ATTR, kernel_kind
-from .cpu import (PACKED_WEIGHTS_ATTR, packed_conv2d, parallel_loops, pixel_lanes_1x1,
-                  pooling_rows, tiled_reduction)
+from .cpu import (PACKED_WEIGHTS_ATTR, concat_copies, packed_conv2d, parallel_loops,
+                  pixel_lanes_1x1, pooling_rows, tiled_reduction)
 
 logger = logging.getLogger(__name__)
 
 FAMILIES = ("cpu", "cuda", "other")
 # Bumped whenever a default rule changes the code it generates (or how kernels are timed: 4 is
 # the first with TVM's runtime on every CPU thread; 6 has pooling-rows,
-# 7 sends residual convolutions with whole tiled vectors to tiled): tuned-vs-rules
-# comparisons stored in a tuning database under another version are measured again.
-RULES_VERSION = 7
+# 7 sends residual convolutions with whole tiled vectors to tiled, 8 sends every 1x1
+# stride-1 convolution to pixel-lanes-1x1 and has concat-copies): tuned-vs-rules comparisons
+# stored in a tuning database under another version are measured again.
+RULES_VERSION = 8
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,15 @@ TILED = Rule("tiled", "register tiles of output rows x vector lanes accumulated 
 PACKED = Rule("packed-weights", "vector lanes along output channels, the weight repacked "
                "[F/lanes, C, KH, KW, lanes] at build time; register tiles of channel vectors x "
                "output columns; epilogue per tile", packed_conv2d)
-PIXEL_LANES = Rule("pixel-lanes-1x1", "1x1 stride-1 convolutions with a residual add: a "
-                    "matrix product with vector lanes along the pixels (contiguous residual "
-                    "and output); register tiles of channels x pixel vectors", pixel_lanes_1x1)
+PIXEL_LANES = Rule("pixel-lanes-1x1", "1x1 stride-1 convolutions: a matrix product with "
+                    "vector lanes along the pixels (contiguous output and residual); register "
+                    "tiles of channels x pixel vectors", pixel_lanes_1x1)
 POOLING_ROWS = Rule("pooling-rows", "windowed pooling: one output row per parallel task, "
                     "updated with vectors of output columns per window offset; padding "
                     "computed first", pooling_rows)
+CONCAT_COPIES = Rule("concat-copies", "concatenations: the concatenation axis partitioned "
+                     "where each input starts, one contiguous parallel copy per input",
+                     concat_copies)
 CPU_GEMV = Rule("dlight.cpu.GEMV", "TVM dlight CPU rule for matrix-vector products",
                 _dlight("GEMV", "cpu"))
 CPU_REDUCTION = Rule("dlight.cpu.Reduction", "TVM dlight CPU rule for reductions",
@@ -97,6 +101,7 @@ def _defaults() -> None:
     _TABLE[("cpu", "matmul")] = [TILED, CPU_GEMV, PARALLEL]
     _TABLE[("cpu", "pooling")] = [POOLING_ROWS, PARALLEL]
     _TABLE[("cpu", "reduction")] = [PARALLEL, CPU_REDUCTION]
+    _TABLE[("cpu", "elementwise")] = [CONCAT_COPIES, PARALLEL]
 
 
 _defaults()

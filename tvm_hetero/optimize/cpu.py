@@ -8,6 +8,9 @@ contiguous; see its docstring.
 residual add): a matrix product with vector lanes along the pixels, so the residual and the
 output are read and written in whole vectors; see its docstring.
 
+``concat_copies`` (the ``concat-copies`` rule, for concatenations): one contiguous copy loop
+per input, the loop over the concatenation axis partitioned where each input starts.
+
 ``pooling_rows`` (the ``pooling-rows`` rule, for windowed pools): one output row per parallel
 task, updated with vectors of output columns for each window offset; see its docstring.
 
@@ -88,6 +91,76 @@ def parallel_loops(func, target):
             sch.parallel(outer)
             changed = True
     return sch.mod["main"] if changed else None
+
+
+def concat_copies(func, target):
+    """Schedule a concatenation as one copy loop per input.
+
+    TVM's concatenation is one loop nest whose every element picks its input with an
+    ``if_then_else`` on the concatenation axis. Here that axis is partitioned where each input
+    starts (``loop_partition``), so each part copies one input, its condition constant; the
+    loops inside the axis are fused into one contiguous copy and the loops outside it (or,
+    when there are none, each part) run in parallel. SqueezeNet's concatenations of two
+    64 x 55 x 55 inputs: 0.16 -> 0.07 ms (2 threads), the smaller ones 2-3x too. Returns None
+    for other kernels.
+    """
+    from tvm import s_tir, tirx
+    from tvm.s_tir.dlight.analysis import normalize_prim_func
+    from tvm.s_tir.dlight.base.common_schedules import try_inline
+    from tvm.sym.analyzer import Analyzer
+
+    from ..layers import _op_kinds_of
+
+    del target
+    if "concatenate" not in _op_kinds_of(func, ""):
+        return None
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    if infos is None:
+        return None
+    infos = try_inline(sch, infos)
+    if len(infos) != 1 or any(it.kind != "S" for it in infos[0].iters):
+        return None
+    block = sch.get(infos[0].block_rv)
+    loops = sch.get_loops(infos[0].block_rv)
+    if len(loops) != len(block.iter_vars) or any(_extent(sch, lp) is None for lp in loops):
+        return None
+    analyzer = Analyzer()
+
+    def input_starts(iter_var) -> set[int]:
+        # each input after the first is read at (axis - where it starts)
+        return {-int(shift.value) for region in block.reads for index in region.region
+                if isinstance(shift := analyzer.simplify(index.min - iter_var.var),
+                              tirx.IntImm)} - {0}
+
+    found = [(axis, starts) for axis, iter_var in enumerate(block.iter_vars)
+             if (starts := input_starts(iter_var))]
+    if not found:
+        return None
+    axis, starts = found[0]
+    extent = _extent(sch, loops[axis])
+    bounds = sorted(start for start in starts if 0 < start < extent)
+    if not bounds:
+        return None
+    work = 1
+    for loop in loops:
+        work *= _extent(sch, loop)
+    outer, inner = loops[:axis], loops[axis + 1:]
+    if len(inner) > 1:
+        sch.fuse(*inner)
+    sizes = [end - start for start, end in zip([0] + bounds, bounds)]
+    parts = sch.loop_partition(loops[axis], sizes + [None])
+    if work >= MIN_PARALLEL_WORK:
+        outer_extent = 1
+        for loop in outer:
+            outer_extent *= _extent(sch, loop)
+        if outer_extent >= MIN_PARALLEL_EXTENT:
+            sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+        else:
+            for part in parts:
+                if (_extent(sch, part) or 0) >= MIN_PARALLEL_EXTENT:
+                    sch.parallel(part)
+    return sch.mod["main"]
 
 
 # Register tile of the tiled rule: rows of the output held in vector registers at once
@@ -233,7 +306,10 @@ PACKED_ACCUMULATORS = {32: 16, 16: 6}
 # (SqueezeNet 1.1), where the tiled rule gets 3 lanes, 0.59 against 0.15-0.23 ms packed.
 # 1x1 over 16 channels and 7x7 over RGB ran 2x and 1.6x faster packed. A residual add in the
 # epilogue, which packed lanes gather, also goes to the tiled rule when it gets whole vectors
-# (16 -> 16 channels 3x3 at 32x32 with the residual: 13.4 us tiled, 19.2 us packed).
+# (16 -> 16 channels 3x3 at 32x32 with the residual: 13.4 us tiled, 19.2 us packed). So does a
+# windowed convolution to as many channels as lanes: its packed tile is one channel vector
+# (17 loads per 16 multiply-adds; the tiled rule reuses each weight over 16 columns): 16 -> 16
+# 3x3 at 32x32 without the residual 27.5 us tiled, 34.3 us packed.
 MIN_PACKED_WINDOW_REDUCTION = 32
 
 
@@ -351,7 +427,8 @@ def packed_conv2d(func, target):
     channels, window = int(weight.shape[0]), int(weight.shape[2]) * int(weight.shape[3])
     whole_vectors = _extent(sch, loops[3]) % TILE_LANES == 0  # for the tiled rule
     if channels % lanes or str(weight.dtype) != "float32" or whole_vectors and (
-            window > 1 and window * int(weight.shape[1]) < MIN_PACKED_WINDOW_REDUCTION
+            window > 1 and (channels == lanes
+                            or window * int(weight.shape[1]) < MIN_PACKED_WINDOW_REDUCTION)
             or _reads_a_residual(sch, func, blocks[main_index + 1:],
                                  sch.get(blocks[-1]).writes[0].source)):
         return None
@@ -429,19 +506,22 @@ def _reads_a_residual(sch, func, epilogue, out) -> bool:
 
 
 def pixel_lanes_1x1(func, target):
-    """Schedule a 1x1, stride-1 NCHW convolution whose epilogue reads an activation-shaped
-    tensor (a residual add) as a matrix product with vector lanes along the pixels.
+    """Schedule a 1x1, stride-1 NCHW convolution as a matrix product with vector lanes along
+    the pixels.
 
-    With lanes along the output channels (``packed-weights``) such an epilogue gathers the
-    residual and scatters the output across channel planes, one lane per plane; here output
-    pixels ``y * W + x`` are one contiguous axis for the input, the residual and the output,
-    so every load and store is a whole vector. A register tile of r output channels x v pixel
-    vectors accumulates over the input channels (v vector loads, r weight broadcasts, r * v
-    fused multiply-adds per step); the pixel tiles are the outer parallel loop, so each input
-    panel stays in cache across the output-channel tiles; the epilogue writes each tile out.
-    Measured on ResNet-50's residual convolutions (2 threads): 64 -> 256 channels at 56x56
-    0.50 -> 0.26 ms, 128 -> 512 at 28x28 0.31 -> 0.27 ms. Returns None for other kernels
-    (and when the pixels are not a multiple of the vector lanes).
+    With lanes along the output channels (``packed-weights``) the epilogue scatters the output
+    (and gathers a residual) across channel planes, one lane per plane; here output pixels
+    ``y * W + x`` are one contiguous axis for the input, a residual and the output, so every
+    load and store is a whole vector. A register tile of r output channels x v pixel vectors
+    accumulates over the input channels (v vector loads, r weight broadcasts, r * v fused
+    multiply-adds per step); the pixel tiles are the outer parallel loop, so each input panel
+    stays in cache across the output-channel tiles; the epilogue writes each tile out.
+    Measured on ResNet-50 (2 threads), against ``packed-weights``: 64 -> 256 channels at 56x56
+    with the residual add 0.50 -> 0.26 ms, 128 -> 512 at 28x28 0.31 -> 0.27 ms; without a
+    residual (the short 64-channel reduction makes the scatter count) 64 -> 256 at 56x56
+    1.03 -> 0.75 ms in the machine's slow state, the other 1x1 convolutions the same or
+    slightly faster. Returns None for other kernels (and when the pixels are not a multiple
+    of the vector lanes: ragged vectors ran 3x slower, 14- or 13-lane ones 3-6x).
     """
     from tvm import s_tir
     from tvm.sym.analyzer import Analyzer
@@ -462,7 +542,7 @@ def pixel_lanes_1x1(func, target):
         return None
     out_shape = [int(d) for d in out.shape]
     pixels = out_shape[2] * out_shape[3]
-    if not _reads_a_residual(sch, func, blocks[main_index + 1:], out) or pixels % lanes:
+    if pixels % lanes:
         return None
     in_channels = int(weight.shape[1])
     tile = _pixel_tile(out_shape[1], pixels // lanes, in_channels, lanes,
