@@ -51,7 +51,10 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
     by_pair = dict(((f, k), names) for f, k, names in rows)
     assert by_pair[("cpu", "conv2d")] == ["pixel-lanes-1x1", "packed-weights", "tiled",
                                          "parallel-loops"]
-    assert by_pair[("cpu", "pooling")] == ["pooling-rows", "parallel-loops"]
+    assert by_pair[("cpu", "pooling")] == ["pooling-rows", "reduction-chains",
+                                          "parallel-loops"]
+    assert by_pair[("cpu", "reduction")] == ["reduction-chains", "parallel-loops",
+                                            "dlight.cpu.Reduction"]
     assert by_pair[("cpu", "elementwise")] == ["concat-copies", "parallel-loops"]
     seen = []
 
@@ -329,6 +332,59 @@ def test_squeezenets_concatenations_take_concat_copies(cpu_devices):
     assert sorted(k for k, rule in rules.items() if rule == "concat-copies") == [
         "concatenate", "concatenate1", "concatenate2", "concatenate3",
         "fused_concatenate3_dropout"], rules
+
+
+def test_global_pools_and_means_take_reduction_chains_sliding_windows_do_not(cpu_devices):
+    import numpy as np
+    import tvm
+
+    from tvm_hetero.optimize.cpu import reduction_chains
+
+    rules = th.build(th.load_model(light_model("resnet50"), name="resnet50"), "all:cpu",
+                     cpu_devices).stats.rules
+    assert rules["avg_pool2d"] == "reduction-chains"  # 7x7 over 7x7: one window per channel
+    assert rules["max_pool2d"] == "pooling-rows"
+
+    @T.prim_func(private=True, s_tir=True)
+    def mean(x: T.Buffer((1, 40, 13, 13), "float32"), y: T.Buffer((1, 40, 1, 1), "float32")):
+        T.func_attr({"tvm_hetero.op_kinds": ["mean"]})
+        total = T.sblock_alloc_buffer((1, 40, 1, 1))
+        for n, c, h, w, kh, kw in T.grid(1, 40, 1, 1, 13, 13):
+            with T.sblock("sum"):
+                vn, vc, vh, vw, vkh, vkw = T.axis.remap("SSSSRR", [n, c, h, w, kh, kw])
+                with T.init():
+                    total[vn, vc, vh, vw] = T.float32(0)
+                total[vn, vc, vh, vw] = total[vn, vc, vh, vw] + x[vn, vc, vkh, vkw]
+        for n, c, h, w in T.grid(1, 40, 1, 1):
+            with T.sblock("divide"):
+                vn, vc, vh, vw = T.axis.remap("SSSS", [n, c, h, w])
+                y[vn, vc, vh, vw] = total[vn, vc, vh, vw] / T.float32(169)
+
+    target = cpu_devices["cpu"].tvm_target()
+    scheduled = reduction_chains(mean, target)
+    # 5 tasks of 8 channels, their 8 accumulators updated side by side (unrolled innermost)
+    assert re.search(r"in T.parallel\(5\):(.|\n)*for \w+, \w+ in T.grid\(13, 13\):\n\s+"
+                     r"for \w+ in T.unroll\(8\):", scheduled.script()), scheduled.script()
+    lib = tvm.tirx.build(tvm.IRModule({"main": scheduled.with_attr("global_symbol", "main")}),
+                         target=target)
+    x = np.random.default_rng(0).standard_normal((1, 40, 13, 13)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((1, 40, 1, 1), "float32"))
+    lib["main"](tvm.runtime.tensor(x), out)
+    np.testing.assert_allclose(out.numpy(), x.astype("float64").mean(axis=(2, 3), keepdims=True),
+                               rtol=1e-5, atol=1e-6)
+
+    @T.prim_func(private=True, s_tir=True)
+    def sliding_max(x: T.Buffer((1, 8, 35, 35), "float32"),
+                    y: T.Buffer((1, 8, 17, 17), "float32")):
+        T.func_attr({"tvm_hetero.op_kinds": ["max_pool2d"]})
+        for n, c, h, w, rh, rw in T.grid(1, 8, 17, 17, 3, 3):
+            with T.sblock("pool"):
+                vn, vc, vh, vw, vrh, vrw = T.axis.remap("SSSSRR", [n, c, h, w, rh, rw])
+                with T.init():
+                    y[vn, vc, vh, vw] = T.float32(-3.4e38)
+                y[vn, vc, vh, vw] = T.max(y[vn, vc, vh, vw], x[vn, vc, vh * 2 + vrh, vw * 2 + vrw])
+
+    assert reduction_chains(sliding_max, target) is None
 
 
 def _elementwise_add():

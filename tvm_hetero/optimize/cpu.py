@@ -163,6 +163,80 @@ def concat_copies(func, target):
     return sch.mod["main"]
 
 
+# Outputs a reduction_chains task accumulates at once: independent add chains that hide the
+# floating-point add latency (one chain: one add per 4 cycles).
+REDUCTION_CHAINS = 8
+
+
+def reduction_chains(func, target):
+    """Schedule a kernel whose one reduction sums (or maxes) a window of its own per output
+    (a global average pool, a mean over the last axes) with several outputs at once.
+
+    Each parallel task takes `REDUCTION_CHAINS` consecutive outputs and walks their windows
+    side by side (the outputs' loop innermost and unrolled), so their accumulators are
+    independent chains in registers rather than one chain of dependent adds per output; the
+    epilogue (the division of a mean) follows per task. SqueezeNet's mean over 1000 x 13 x 13:
+    0.115 -> 0.040 ms, ResNet-50's 7x7 average pool over 2048 channels 0.078 -> 0.019 ms
+    (2 threads, with a tune running beside). Returns None for other kernels.
+    """
+    from tvm import s_tir
+
+    del target
+    sch = s_tir.Schedule(func)
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    reductions = [i for i, block_rv in enumerate(blocks) if _is_reduction(sch, block_rv)]
+    if len(reductions) != 1 or reductions[0] != 0:
+        return None
+    block_rv = blocks[0]
+    block = sch.get(block_rv)
+    loops = sch.get_loops(block_rv)
+    if len(loops) != len(block.iter_vars) or any(_extent(sch, lp) is None for lp in loops):
+        return None
+    kinds = ["R" if _is_reduction_iter(iv) else "S" for iv in block.iter_vars]
+    spatial = [lp for lp, kind in zip(loops, kinds) if kind == "S"]
+    reduction = [lp for lp, kind in zip(loops, kinds) if kind == "R"]
+    if "".join(kinds) != "S" * len(spatial) + "R" * len(reduction) or not reduction:
+        return None  # the reduction loops must be the innermost ones, as written
+    from tvm.tirx.analysis import undefined_vars
+
+    wide = [iv.var for iv, kind in zip(block.iter_vars, kinds)
+            if kind == "S" and int(iv.dom.extent) > 1]
+    reduced = [iv.var for iv, kind in zip(block.iter_vars, kinds) if kind == "R"]
+    for region in block.reads:
+        for index in region.region:
+            used = undefined_vars(index.min)
+            if any(v.same_as(r) for v in used for r in reduced) \
+                    and any(v.same_as(w) for v in used for w in wide):
+                return None  # a sliding window (neighbouring outputs share inputs)
+    outputs = 1
+    for loop in spatial:
+        outputs *= _extent(sch, loop)
+    if outputs % REDUCTION_CHAINS or outputs < 2 * REDUCTION_CHAINS:
+        return None
+    accumulate = sch.cache_write(block_rv, 0, "local")
+    fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+    tasks, chains = sch.split(fused, [None, REDUCTION_CHAINS])
+    sch.reorder(tasks, *reduction, chains)
+    sch.reverse_compute_at(accumulate, tasks)
+    for epilogue in blocks[1:]:
+        try:
+            sch.reverse_compute_at(epilogue, tasks)
+        except s_tir.ScheduleError:
+            return None
+    sch.unroll(chains)
+    if outputs // REDUCTION_CHAINS >= MIN_PARALLEL_EXTENT:
+        sch.parallel(tasks)
+    init = sch.decompose_reduction(block_rv, reduction[0])
+    sch.unroll(sch.get_loops(init)[-1])
+    return sch.mod["main"]
+
+
+def _is_reduction_iter(iter_var) -> bool:
+    from tvm import tirx
+
+    return iter_var.iter_type == tirx.IterVar.CommReduce
+
+
 # Register tile of the tiled rule: rows of the output held in vector registers at once
 # (channels of a convolution, rows of a matmul) times vector lanes along the contiguous axis.
 # 16 x 16 fp32 is 16 AVX-512 accumulators (or 32 AVX2 ones): the fastest of seven shapes on
