@@ -51,6 +51,8 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
     by_pair = dict(((f, k), names) for f, k, names in rows)
     assert by_pair[("cpu", "conv2d")] == ["pixel-lanes-1x1", "packed-weights", "tiled",
                                          "parallel-loops"]
+    assert by_pair[("cpu", "matmul")] == ["split-k-gemv", "tiled", "dlight.cpu.GEMV",
+                                         "parallel-loops"]
     assert by_pair[("cpu", "pooling")] == ["pooling-rows", "reduction-chains",
                                           "parallel-loops"]
     assert by_pair[("cpu", "reduction")] == ["reduction-chains", "parallel-loops",
@@ -100,7 +102,7 @@ def test_optimizations_cli_json(capsys):
     assert main(["optimizations", "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert {"family": "cpu", "kind": "matmul",
-            "rules": ["tiled", "dlight.cpu.GEMV", "parallel-loops"]} in table
+            "rules": ["split-k-gemv", "tiled", "dlight.cpu.GEMV", "parallel-loops"]} in table
 
 
 def test_direct_convolutions_get_packed_weights_grouped_ones_the_tiled_rule(cpu_devices):
@@ -112,7 +114,7 @@ def test_direct_convolutions_get_packed_weights_grouped_ones_the_tiled_rule(cpu_
     # AlexNet's second, fourth and fifth convolutions have two groups
     assert [rules[k] for k in convs].count("packed-weights") == 2, rules
     assert [rules[k] for k in convs].count("tiled") == 3, rules
-    assert all(rules[k] == "tiled" for k in matmuls), rules
+    assert all(rules[k] == "split-k-gemv" for k in matmuls), rules  # 16 to 151 MB weights
 
 
 def test_packed_weights_are_repacked_constants_in_the_built_module(cpu_devices):
@@ -385,6 +387,45 @@ def test_global_pools_and_means_take_reduction_chains_sliding_windows_do_not(cpu
                 y[vn, vc, vh, vw] = T.max(y[vn, vc, vh, vw], x[vn, vc, vh * 2 + vrh, vw * 2 + vrw])
 
     assert reduction_chains(sliding_max, target) is None
+
+
+def _gemv(k: int, n: int):
+    @T.prim_func(private=True, s_tir=True)
+    def gemv(x: T.Buffer((1, k), "float32"), w: T.Buffer((k, n), "float32"),
+             y: T.Buffer((1, n), "float32")):
+        T.func_attr({"tvm_hetero.op_kinds": ["matmul"]})
+        for i, j, r in T.grid(1, n, k):
+            with T.sblock("matmul"):
+                vi, vj, vr = T.axis.remap("SSR", [i, j, r])
+                with T.init():
+                    y[vi, vj] = T.float32(0)
+                y[vi, vj] = y[vi, vj] + x[vi, vr] * w[vr, vj]
+
+    return gemv
+
+
+def test_a_large_matrix_vector_product_is_split_along_its_reduction(cpu_devices):
+    import numpy as np
+    import tvm
+
+    from tvm_hetero.optimize.cpu import split_k_gemv
+
+    target = cpu_devices["cpu"].tvm_target()
+    scheduled = split_k_gemv(_gemv(2048, 1024), target)
+    # 8 parallel slices of 256 weight rows, each row walked whole (the outputs innermost)
+    assert re.search(r"in T.parallel\(8\):(.|\n)*for \w+, \w+ in T.grid\(256, 1024\):",
+                     scheduled.script()), scheduled.script()
+    lib = tvm.tirx.build(tvm.IRModule({"main": scheduled.with_attr("global_symbol", "main")}),
+                         target=target)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2048)).astype("float32")
+    w = rng.standard_normal((2048, 1024)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((1, 1024), "float32"))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), out)
+    np.testing.assert_allclose(out.numpy(), x.astype("float64") @ w, rtol=1e-4, atol=1e-4)
+    assert split_k_gemv(_gemv(2048, 10), target) is None  # 80 KB: stays in cache, tiled
+    assert th.build(zoo("cnn"), "all:cpu", cpu_devices).stats.rules["fused_matmul_add2"] \
+        == "tiled"
 
 
 def _elementwise_add():

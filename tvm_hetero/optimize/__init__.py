@@ -23,7 +23,8 @@ from typing import Callable
 
 from ..layers import LAYER_KINDS, OP_KINDS_ATTR, kernel_kind
 from .cpu import (PACKED_WEIGHTS_ATTR, concat_copies, packed_conv2d, parallel_loops,
-                  pixel_lanes_1x1, pooling_rows, reduction_chains, tiled_reduction)
+                  pixel_lanes_1x1, pooling_rows, reduction_chains, split_k_gemv,
+                  tiled_reduction)
 
 logger = logging.getLogger(__name__)
 
@@ -31,9 +32,9 @@ FAMILIES = ("cpu", "cuda", "other")
 # Bumped whenever a default rule changes the code it generates (or how kernels are timed: 4 is
 # the first with TVM's runtime on every CPU thread; 6 has pooling-rows,
 # 7 sends residual convolutions with whole tiled vectors to tiled, 8 sends every 1x1
-# stride-1 convolution to pixel-lanes-1x1 and has concat-copies and reduction-chains):
-# tuned-vs-rules comparisons stored in a tuning database under another version are measured
-# again.
+# stride-1 convolution to pixel-lanes-1x1 and has concat-copies, reduction-chains and
+# split-k-gemv): tuned-vs-rules comparisons stored in a tuning database under another version
+# are measured again.
 RULES_VERSION = 8
 
 
@@ -88,6 +89,9 @@ CONCAT_COPIES = Rule("concat-copies", "concatenations: the concatenation axis pa
 REDUCTION_CHAINS = Rule("reduction-chains", "a window of its own per output (global pools, "
                         "means): several outputs per task, their accumulators independent "
                         "chains in registers", reduction_chains)
+SPLIT_K_GEMV = Rule("split-k-gemv", "matrix-vector products with a [reduction, output] "
+                    "weight: parallel slices of the reduction, each streaming whole weight "
+                    "rows into a partial output; the partials added last", split_k_gemv)
 CPU_GEMV = Rule("dlight.cpu.GEMV", "TVM dlight CPU rule for matrix-vector products",
                 _dlight("GEMV", "cpu"))
 CPU_REDUCTION = Rule("dlight.cpu.Reduction", "TVM dlight CPU rule for reductions",
@@ -102,7 +106,7 @@ def _defaults() -> None:
         _TABLE[("cuda", kind)] = _gpu_rules()
         _TABLE[("other", kind)] = _gpu_rules()
     _TABLE[("cpu", "conv2d")] = [PIXEL_LANES, PACKED, TILED, PARALLEL]
-    _TABLE[("cpu", "matmul")] = [TILED, CPU_GEMV, PARALLEL]
+    _TABLE[("cpu", "matmul")] = [SPLIT_K_GEMV, TILED, CPU_GEMV, PARALLEL]
     _TABLE[("cpu", "pooling")] = [POOLING_ROWS, REDUCTION_CHAINS, PARALLEL]
     _TABLE[("cpu", "reduction")] = [REDUCTION_CHAINS, PARALLEL, CPU_REDUCTION]
     _TABLE[("cpu", "elementwise")] = [CONCAT_COPIES, PARALLEL]
