@@ -58,6 +58,14 @@ def _extent(sch, loop) -> int | None:
     return int(extent) if isinstance(extent, tirx.IntImm) else None
 
 
+def _iterations(sch, loops) -> int:
+    """Iterations of a nest of `loops` (a loop of unknown extent counts once)."""
+    count = 1
+    for loop in loops:
+        count *= _extent(sch, loop) or 1
+    return count
+
+
 def parallel_loops(func, target):
     """Schedule `func` for a CPU target, or return None when it cannot."""
     from tvm import s_tir
@@ -89,9 +97,7 @@ def parallel_loops(func, target):
                 sch.reorder(*spatial, *reduction, inner)
         elif reduction:
             sch.reorder(*spatial, *reduction)
-        work = 1
-        for loop in sch.get_loops(info.block_rv):
-            work *= _extent(sch, loop) or 1
+        work = _iterations(sch, sch.get_loops(info.block_rv))
         outer = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
         extent = _extent(sch, outer)
         if extent is not None and extent >= MIN_PARALLEL_EXTENT and work >= MIN_PARALLEL_WORK:
@@ -149,19 +155,14 @@ def concat_copies(func, target):
     bounds = sorted(start for start in starts if 0 < start < extent)
     if not bounds:
         return None
-    work = 1
-    for loop in loops:
-        work *= _extent(sch, loop)
+    work = _iterations(sch, loops)
     outer, inner = loops[:axis], loops[axis + 1:]
     if len(inner) > 1:
         sch.fuse(*inner)
     sizes = [end - start for start, end in zip([0] + bounds, bounds)]
     parts = sch.loop_partition(loops[axis], sizes + [None])
     if work >= MIN_PARALLEL_WORK:
-        outer_extent = 1
-        for loop in outer:
-            outer_extent *= _extent(sch, loop)
-        if outer_extent >= MIN_PARALLEL_EXTENT:
+        if _iterations(sch, outer) >= MIN_PARALLEL_EXTENT:
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
         else:
             for part in parts:
@@ -217,9 +218,7 @@ def reduction_chains(func, target):
             if any(v.same_as(r) for v in used for r in reduced) \
                     and any(v.same_as(w) for v in used for w in wide):
                 return None  # a sliding window (neighbouring outputs share inputs)
-    outputs = 1
-    for loop in spatial:
-        outputs *= _extent(sch, loop)
+    outputs = _iterations(sch, spatial)
     if outputs % REDUCTION_CHAINS or outputs < 2 * REDUCTION_CHAINS:
         return None
     accumulate = sch.cache_write(block_rv, 0, "local")
@@ -764,9 +763,7 @@ def pooling_rows(func, target):
     lanes = _largest_divisor(_extent(sch, x), POOL_LANES)
     if lanes < 4:
         return None
-    work = 1
-    for loop in loops:
-        work *= _extent(sch, loop)
+    work = _iterations(sch, loops)
     x_outer, x_lanes = sch.split(x, [None, lanes])
     sch.reorder(n, c, y, x_outer, ry, rx, x_lanes)
     rows = sch.fuse(n, c, y)
