@@ -102,3 +102,40 @@ def test_layers_table_and_json():
     data = layers[0].to_json()
     assert data["activation_bytes_out"] == 8 * 512 * 4 and data["outputs"][0]["shape"] == [8, 512]
     assert np.isfinite(data["flops"])
+
+
+def _conv_to(channels: int):
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 9, 9])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 9, 9])
+    weight = numpy_helper.from_array(
+        rng.standard_normal((channels, 64, 1, 1)).astype("float32"), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(channels).astype("float32"), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "conv_to_channels", [x], [y], [weight, bias])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_conv_output_channels_are_padded_to_whole_vectors_where_that_is_cheap(cpu_devices):
+    import onnxruntime as ort
+
+    from tvm_hetero.testing import max_relative_error
+
+    onnx_model = _conv_to(1000)
+    model = th.load_model(onnx_model, name="conv_to_1000")
+    (layer,) = th.extract_layers(model)
+    # 1008 filters (8 of zeros), the slice back to 1000 fused into the same layer
+    assert layer.op_kinds == ["conv2d", "strided_slice", "add", "relu"]
+    assert layer.outputs[0].shape == (1, 1000, 9, 9)
+    compiled = th.build(model, "all:cpu", cpu_devices)
+    assert list(compiled.stats.rules.values()) == ["packed-weights"]  # whole channel vectors
+    inputs = model.random_inputs(seed=1)
+    expected = ort.InferenceSession(onnx_model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, inputs)
+    assert max_relative_error(compiled.run(inputs), expected) < 1e-5
+    # 24 channels would need a third more filters: left as they are
+    (layer,) = th.extract_layers(th.load_model(_conv_to(24), name="conv_to_24"))
+    assert layer.op_kinds == ["conv2d", "add", "relu"]
