@@ -58,6 +58,12 @@ def _extent(sch, loop) -> int | None:
     return int(extent) if isinstance(extent, tirx.IntImm) else None
 
 
+def _is_reduction_iter(iter_var) -> bool:
+    from tvm import tirx
+
+    return iter_var.iter_type == tirx.IterVar.CommReduce
+
+
 def _iterations(sch, loops) -> int:
     """Iterations of a nest of `loops` (a loop of unknown extent counts once)."""
     count = 1
@@ -190,6 +196,7 @@ def reduction_chains(func, target):
     kernels (sliding windows, output counts not a multiple of the chains).
     """
     from tvm import s_tir
+    from tvm.tirx.analysis import undefined_vars
 
     del target
     sch = s_tir.Schedule(func)
@@ -207,8 +214,6 @@ def reduction_chains(func, target):
     reduction = [lp for lp, kind in zip(loops, kinds) if kind == "R"]
     if "".join(kinds) != "S" * len(spatial) + "R" * len(reduction) or not reduction:
         return None  # the reduction loops must be the innermost ones, as written
-    from tvm.tirx.analysis import undefined_vars
-
     wide = [iv.var for iv, kind in zip(block.iter_vars, kinds)
             if kind == "S" and int(iv.dom.extent) > 1]
     reduced = [iv.var for iv, kind in zip(block.iter_vars, kinds) if kind == "R"]
@@ -237,12 +242,6 @@ def reduction_chains(func, target):
     init = sch.decompose_reduction(block_rv, reduction[0])
     sch.unroll(sch.get_loops(init)[-1])
     return sch.mod["main"]
-
-
-def _is_reduction_iter(iter_var) -> bool:
-    from tvm import tirx
-
-    return iter_var.iter_type == tirx.IterVar.CommReduce
 
 
 # Slices of the reduction a matrix-vector product is cut into (split_k_gemv): each a parallel
@@ -501,9 +500,7 @@ def _direct_conv_weight(func, block) -> int | None:
 
 
 def _is_reduction(sch, block_rv) -> bool:
-    from tvm import tirx
-
-    return any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block_rv).iter_vars)
+    return any(_is_reduction_iter(iv) for iv in sch.get(block_rv).iter_vars)
 
 
 def _direct_conv(func, sch):
@@ -743,7 +740,7 @@ def pooling_rows(func, target):
     largest divisor of the width up to `POOL_LANES`. Returns None for other kernels and for
     widths with no divisor of at least 4 lanes (those keep ``parallel-loops``).
     """
-    from tvm import s_tir, tirx
+    from tvm import s_tir
 
     del target
     if kernel_kind(func) != "pooling":
@@ -754,7 +751,7 @@ def pooling_rows(func, target):
     if len(reductions) != 1:
         return None
     pool = reductions[0]
-    kinds = [iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(pool).iter_vars]
+    kinds = [_is_reduction_iter(iv) for iv in sch.get(pool).iter_vars]
     loops = sch.get_loops(pool)
     if kinds != [False] * 4 + [True] * 2 or len(loops) != 6 \
             or any(_extent(sch, loop) is None for loop in loops):
