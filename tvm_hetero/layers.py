@@ -133,6 +133,22 @@ def _op_name(func_name: str) -> str:
 
 
 
+def _rewrite_pass(rewriter_class, name: str):
+    """A module pass running a Relax ``PyExprMutator`` class over every Relax function."""
+    import tvm
+    from tvm import relax
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def rewrite(mod, _ctx):
+        rewriter = rewriter_class(mod)
+        for gv, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+        return rewriter.builder_.get()
+
+    return rewrite
+
+
 def _simplify_stack_sum_pass():
     import tvm
     import tvm_ffi
@@ -169,15 +185,7 @@ def _simplify_stack_sum_pass():
                         return out
             return call
 
-    @tvm.transform.module_pass(opt_level=0, name="tvm_hetero.SimplifyStackSum")
-    def simplify(mod, _ctx):
-        rewriter = _Rewriter(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-        return rewriter.builder_.get()
-
-    return simplify
+    return _rewrite_pass(_Rewriter, "tvm_hetero.SimplifyStackSum")
 
 
 # Output channels of a convolution are padded up to a multiple of this (the widest CPU vector,
@@ -217,15 +225,7 @@ def _pad_conv_channels_pass():
                 np.concatenate([weight, filters]))], attrs))
             return relax.op.strided_slice(conv, axes=[1], begin=[0], end=[channels])
 
-    @tvm.transform.module_pass(opt_level=0, name="tvm_hetero.PadConvChannels")
-    def pad_channels(mod, _ctx):
-        rewriter = _Rewriter(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-        return rewriter.builder_.get()
-
-    return pad_channels
+    return _rewrite_pass(_Rewriter, "tvm_hetero.PadConvChannels")
 
 
 def prepare(mod, target=None):
