@@ -272,17 +272,10 @@ def test_a_short_window_reduction_is_packed_only_where_tiled_lanes_would_be_ragg
     assert th.build(zoo("cnn"), "all:cpu", cpu_devices).stats.rules[first_conv] == "tiled"
 
 
-def test_windowed_pools_take_pooling_rows_unless_the_width_has_no_lanes(cpu_devices):
-    squeezenet = th.load_model(light_model("squeezenet"), name="squeezenet")
-    rules = th.build(squeezenet, "all:cpu", cpu_devices).stats.rules
-    # 55, 27 and 13 output columns: 11, 9 and 13 lanes; the global average pool is a reduction
-    assert sorted(k for k, rule in rules.items() if rule == "pooling-rows") \
-        == ["max_pool2d", "max_pool2d1", "max_pool2d2"], rules
-    from tvm_hetero.optimize.cpu import pooling_rows
-
+def _max_pool_17_wide():
+    """A 3x3 stride-2 max pool over 35x35 (17 output columns: sliding windows)."""
     @T.prim_func(private=True, s_tir=True)
-    def pool_17_wide(x: T.Buffer((1, 8, 35, 35), "float32"),
-                     y: T.Buffer((1, 8, 17, 17), "float32")):
+    def pool(x: T.Buffer((1, 8, 35, 35), "float32"), y: T.Buffer((1, 8, 17, 17), "float32")):
         T.func_attr({"tvm_hetero.op_kinds": ["max_pool2d"]})
         for n, c, h, w, rh, rw in T.grid(1, 8, 17, 17, 3, 3):
             with T.sblock("pool"):
@@ -291,8 +284,19 @@ def test_windowed_pools_take_pooling_rows_unless_the_width_has_no_lanes(cpu_devi
                     y[vn, vc, vh, vw] = T.float32(-3.4e38)
                 y[vn, vc, vh, vw] = T.max(y[vn, vc, vh, vw], x[vn, vc, vh * 2 + vrh, vw * 2 + vrw])
 
+    return pool
+
+
+def test_windowed_pools_take_pooling_rows_unless_the_width_has_no_lanes(cpu_devices):
+    squeezenet = th.load_model(light_model("squeezenet"), name="squeezenet")
+    rules = th.build(squeezenet, "all:cpu", cpu_devices).stats.rules
+    # 55, 27 and 13 output columns: 11, 9 and 13 lanes; the global average pool is a reduction
+    assert sorted(k for k, rule in rules.items() if rule == "pooling-rows") \
+        == ["max_pool2d", "max_pool2d1", "max_pool2d2"], rules
+    from tvm_hetero.optimize.cpu import pooling_rows
+
     target = cpu_devices["cpu"].tvm_target()
-    assert pooling_rows(pool_17_wide, target) is None  # 17 columns: no 4 to 16 lanes divide
+    assert pooling_rows(_max_pool_17_wide(), target) is None  # 17 columns: no 4 to 16 lanes divide
 
 
 def test_a_concatenation_is_one_parallel_copy_per_input(cpu_devices):
@@ -375,18 +379,7 @@ def test_global_pools_and_means_take_reduction_chains_sliding_windows_do_not(cpu
     np.testing.assert_allclose(out.numpy(), x.astype("float64").mean(axis=(2, 3), keepdims=True),
                                rtol=1e-5, atol=1e-6)
 
-    @T.prim_func(private=True, s_tir=True)
-    def sliding_max(x: T.Buffer((1, 8, 35, 35), "float32"),
-                    y: T.Buffer((1, 8, 17, 17), "float32")):
-        T.func_attr({"tvm_hetero.op_kinds": ["max_pool2d"]})
-        for n, c, h, w, rh, rw in T.grid(1, 8, 17, 17, 3, 3):
-            with T.sblock("pool"):
-                vn, vc, vh, vw, vrh, vrw = T.axis.remap("SSSSRR", [n, c, h, w, rh, rw])
-                with T.init():
-                    y[vn, vc, vh, vw] = T.float32(-3.4e38)
-                y[vn, vc, vh, vw] = T.max(y[vn, vc, vh, vw], x[vn, vc, vh * 2 + vrh, vw * 2 + vrw])
-
-    assert reduction_chains(sliding_max, target) is None
+    assert reduction_chains(_max_pool_17_wide(), target) is None
 
 
 def _gemv(k: int, n: int):
