@@ -139,3 +139,58 @@ def test_conv_output_channels_are_padded_to_whole_vectors_where_that_is_cheap(cp
     # 24 channels would need a third more filters: left as they are
     (layer,) = th.extract_layers(th.load_model(_conv_to(24), name="conv_to_24"))
     assert layer.op_kinds == ["conv2d", "add", "relu"]
+
+
+def _conv_chain(channels: int):
+    """3x3 conv with bias and relu, then a strided 1x1 conv with a residual of its input's
+    stride-2 view (ResNet's downsample shape)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 10, 10])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2 * channels, 5, 5])
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype("float32") * 0.1, name)
+             for name, shape in [("w1", (channels, channels, 3, 3)), ("b1", (channels,)),
+                                 ("w2", (2 * channels, channels, 1, 1)),
+                                 ("r", (1, 2 * channels, 5, 5))]]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["a1"]),
+             helper.make_node("Conv", ["a1", "w2"], ["c2"], strides=[2, 2]),
+             helper.make_node("Add", ["c2", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    graph = helper.make_graph(nodes, "conv_chain", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_wide_convolutions_run_in_the_blocked_layout_and_match_onnxruntime(cpu_devices):
+    import onnxruntime as ort
+
+    from tvm_hetero.testing import max_relative_error
+
+    onnx_model = _conv_chain(64)
+    model = th.load_model(onnx_model, name="conv_chain_64")
+    layers = th.extract_layers(model)
+    # into the blocked layout once, out once; the two convolutions pass it on
+    assert [l.kind for l in layers] == ["elementwise", "conv2d", "conv2d", "elementwise"]
+    assert [l.outputs[0].shape for l in layers] == [
+        (1, 4, 10, 10, 16), (1, 4, 10, 10, 16), (1, 8, 5, 5, 16), (1, 128, 5, 5)]
+    assert layers[2].param_bytes == 4 * (128 * 64 + 128 * 25)  # folded blocked weight, residual
+    compiled = th.build(model, "all:cpu", cpu_devices)
+    assert [compiled.stats.rules[l.func_name] for l in layers[1:3]] == ["blocked-nchwc"] * 2
+    inputs = model.random_inputs(seed=2)
+    expected = ort.InferenceSession(onnx_model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, inputs)
+    assert max_relative_error(compiled.run(inputs), expected) < 1e-5
+    reference = th.build(model, "all:cpu", cpu_devices, optimize=False).run(inputs)
+    assert max_relative_error(reference, expected) < 1e-5
+    # 32 channels: below the floor, NCHW as imported
+    narrow = th.extract_layers(th.load_model(_conv_chain(32), name="conv_chain_32"))
+    assert [l.kind for l in narrow] == ["conv2d", "conv2d"]
+    assert all(len(l.outputs[0].shape) == 4 for l in narrow)
+
+
+def test_a_failed_layout_conversion_keeps_nchw_and_says_why(caplog):
+    with caplog.at_level("INFO", logger="tvm_hetero.layers"):
+        layers = th.extract_layers(th.load_model(light_model_path("squeezenet")).mod)
+    assert any("convolutions stay NCHW: layout conversion failed" in r.message
+               for r in caplog.records)
+    assert all(len(l.outputs[0].shape) == 4 for l in layers if l.kind == "conv2d")

@@ -34,6 +34,8 @@ _KIND_BY_OP = {
                      "cumsum", "cumprod"], "reduction"),
     **dict.fromkeys(["softmax", "log_softmax", "layer_norm", "batch_norm", "group_norm",
                      "instance_norm", "rms_norm"], "normalization"),
+    # injective, though TVM marks the legalized layout transform opaque
+    **dict.fromkeys(["layout_transform", "te_layout_transform"], "elementwise"),
 }
 LAYER_KINDS = ("conv2d", "matmul", "pooling", "reduction", "normalization", "elementwise",
                "other")
@@ -228,6 +230,142 @@ def _pad_conv_channels_pass():
     return _rewrite_pass(_Rewriter, "tvm_hetero.PadConvChannels")
 
 
+# Convolutions whose input and output channels are both multiples of CHANNEL_LANES and at
+# least this many run in the blocked layout NCHW16c (``[N, C/16, H, W, 16]``, weights
+# ``OIHW16i16o``): every output pixel is one contiguous vector, and chains of convolutions pass
+# activations on without re-layout (onnxruntime's NCHWc). ResNet-50 (every convolution but the
+# RGB one): 41.3 -> 38.9 ms. The zoo models' 16-32-channel convolutions ran no faster blocked
+# (the layout transforms around them cost what the kernels saved), hence the floor.
+NCHWC_MIN_CHANNELS = 64
+NCHWC_LAYOUT = (f"NCHW{CHANNEL_LANES}c", f"OIHW{CHANNEL_LANES}i{CHANNEL_LANES}o")
+
+
+def _blocked_conv_layout_pass():
+    import tvm
+    from tvm import relax
+
+    def layout_of(call):
+        # the others stay NCHW explicitly: inferred from a blocked input they fail in TVM
+        if call.op.name != "relax.nn.conv2d":
+            return {}
+        attrs, weight = call.attrs, call.args[1].ty
+        if int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" \
+                or str(attrs.out_layout) != "NCHW" or weight.shape is None \
+                or str(weight.dtype) != "float32" or any(
+                    int(c) % CHANNEL_LANES or int(c) < NCHWC_MIN_CHANNELS
+                    for c in (weight.shape[0], weight.shape[1])):
+            return {"relax.nn.conv2d": [str(attrs.data_layout), str(attrs.kernel_layout)]}
+        return {"relax.nn.conv2d": list(NCHWC_LAYOUT)}
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_hetero.BlockedConvLayout")
+    def convert(mod, _ctx):
+        try:
+            converted = relax.transform.ConvertLayout({}, layout_of)(mod)
+        except tvm.error.InternalError as err:  # TVM's layout inference fails on some graphs
+            logger.info("convolutions stay NCHW: layout conversion failed (%s)",
+                        str(err).strip().splitlines()[-1])
+            return mod
+        return _fold_constant_layouts_pass()(converted)
+
+    return convert
+
+
+def _blocked_by_numpy(array: np.ndarray, out_shape: tuple[int, ...]) -> np.ndarray | None:
+    """NCHW -> NCHW[x]c (4-D to 5-D) or OIHW -> OIHW[x]i[y]o (4-D to 6-D) by reshape and
+    transpose; None for other shapes."""
+    if array.ndim != 4:
+        return None
+    if len(out_shape) == 5:
+        n, c, h, w = array.shape
+        lanes = out_shape[4]
+        return array.reshape(n, c // lanes, lanes, h, w).transpose(0, 1, 3, 4, 2)
+    if len(out_shape) == 6:
+        o, i, h, w = array.shape
+        in_lanes, out_lanes = out_shape[4], out_shape[5]
+        return array.reshape(o // out_lanes, out_lanes, i // in_lanes, in_lanes, h, w) \
+            .transpose(0, 2, 4, 5, 3, 1)
+    return None
+
+
+def _fold_constant_layouts_pass():
+    import tvm
+    from tvm import relax
+
+    op_layout = tvm.ir.Op.get("relax.layout_transform")
+
+    @relax.expr_functor.mutator
+    class _Rewriter(relax.PyExprMutator):
+        """layout_transform of a constant (the weights and biases of blocked convolutions)
+        becomes the transformed constant, by numpy, checked against the index map on sample
+        elements (through FoldConstant, which compiles a kernel per constant, the layouts took
+        9 s of ResNet-50's preparation; ``IndexMap.map_tensor`` 50 s). Other transforms stay
+        for FoldConstant."""
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not call.op.same_as(op_layout) or not isinstance(call.args[0], tvm.ir.GenericConst) \
+                    or call.attrs.pad_value is not None or call.ty.shape is None:
+                return call
+            source = call.args[0].value.numpy()
+            out_shape = tuple(int(v) for v in call.ty.shape)
+            blocked = _blocked_by_numpy(source, out_shape)
+            if blocked is None or blocked.shape != out_shape:
+                return call
+            index_map = call.attrs.index_map
+            rng = np.random.default_rng(0)
+            for _ in range(8):
+                index = [int(rng.integers(extent)) for extent in source.shape]
+                mapped = [int(v) for v in index_map.map_indices(index)]
+                if blocked[tuple(mapped)] != source[tuple(index)]:
+                    return call
+            return relax.const(np.ascontiguousarray(blocked))
+
+    return _rewrite_pass(_Rewriter, "tvm_hetero.FoldConstantLayouts")
+
+
+def _conv2d_blocked(data, weight, strides, padding, dilation):
+    """TE compute of a convolution in NCHW[x]c with an OIHW[x]i[y]o weight, its reduction over
+    input channel blocks, window rows, columns, then lanes (TOPI's ``conv2d_NCHWc`` fuses the
+    input channels into one axis read through a division, which schedules worse)."""
+    from tvm import te, topi
+
+    batch, in_blocks, height, width, _ = (int(v) for v in data.shape)
+    out_blocks, _, window_h, window_w, in_lanes, out_lanes = (int(v) for v in weight.shape)
+    stride_h, stride_w = (int(v) for v in strides)
+    dilation_h, dilation_w = (int(v) for v in dilation)
+    top, left, bottom, right = (int(v) for v in padding)
+    out_h = (height + top + bottom - (window_h - 1) * dilation_h - 1) // stride_h + 1
+    out_w = (width + left + right - (window_w - 1) * dilation_w - 1) // stride_w + 1
+    if top or left or bottom or right:
+        data = topi.nn.pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0), name="pad")
+    rc = te.reduce_axis((0, in_blocks), "rc")
+    ry = te.reduce_axis((0, window_h), "ry")
+    rx = te.reduce_axis((0, window_w), "rx")
+    rl = te.reduce_axis((0, in_lanes), "rl")
+    return te.compute(
+        (batch, out_blocks, out_h, out_w, out_lanes),
+        lambda n, f, y, x, lane: te.sum(
+            data[n, rc, y * stride_h + ry * dilation_h, x * stride_w + rx * dilation_w, rl]
+            * weight[f, rc, ry, rx, rl, lane], axis=[rc, ry, rx, rl]),
+        name="conv2d_NCHWc")
+
+
+def _legalize_conv2d(bb, call):
+    """Blocked-layout convolutions (which TVM's legalization leaves as they are) to
+    :func:`_conv2d_blocked`; the others to TVM's own."""
+    from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
+
+    attrs = call.attrs
+    if len(str(attrs.data_layout)) == 4:
+        return _nn_conv2d(bb, call)
+    if not (str(attrs.data_layout) == str(attrs.out_layout) == NCHWC_LAYOUT[0]
+            and str(attrs.kernel_layout) == NCHWC_LAYOUT[1] and int(attrs.groups) == 1):
+        raise ModelError(f"conv2d with layouts {attrs.data_layout}/{attrs.kernel_layout}/"
+                         f"{attrs.out_layout} is not supported")
+    return bb.call_te(_conv2d_blocked, call.args[0], call.args[1], attrs.strides, attrs.padding,
+                      attrs.dilation, primfunc_name_hint="conv2d")
+
+
 def prepare(mod, target=None):
     """Lower a model's Relax module to its layered form.
 
@@ -263,13 +401,15 @@ def prepare(mod, target=None):
         _simplify_stack_sum_pass(),
         relax.transform.CanonicalizeBindings(),  # aliases left by the rewrite block fusion
         relax.transform.FoldConstant(),
-        _pad_conv_channels_pass(),
+        relax.transform.DeadCodeElimination(),  # (layout conversion fails on dead bindings)
+        _blocked_conv_layout_pass(),
+        _pad_conv_channels_pass(),  # of the convolutions left NCHW
         relax.transform.DeadCodeElimination(),
     ])
     mod = cleanup(mod)
     with target:
         mod = tvm.transform.Sequential([
-            relax.transform.LegalizeOps(),
+            relax.transform.LegalizeOps({"relax.nn.conv2d": _legalize_conv2d}),
             relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(),
             relax.transform.FuseOps(),

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..layers import LAYER_KINDS, OP_KINDS_ATTR, kernel_kind
-from .cpu import (PACKED_WEIGHTS_ATTR, concat_copies, packed_conv2d, parallel_loops,
-                  pixel_lanes_1x1, pooling_rows, reduction_chains, split_k_gemv,
-                  tiled_reduction)
+from .cpu import (PACKED_WEIGHTS_ATTR, blocked_conv2d, concat_copies, packed_conv2d,
+                  parallel_loops, pixel_lanes_1x1, pooling_rows, reduction_chains,
+                  split_k_gemv, tiled_reduction)
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ FAMILIES = ("cpu", "cuda", "other")
 # stride-1 convolution to pixel-lanes-1x1, 9 has concat-copies, reduction-chains and
 # split-k-gemv): tuned-vs-rules comparisons stored in a tuning database under another version
 # are measured again.
-RULES_VERSION = 9
+RULES_VERSION = 10
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,9 @@ TILED = Rule("tiled", "register tiles of output rows x vector lanes accumulated 
 PACKED = Rule("packed-weights", "vector lanes along output channels, the weight repacked "
                "[F/lanes, C, KH, KW, lanes] at build time; register tiles of channel vectors x "
                "output columns; epilogue per tile", packed_conv2d)
+BLOCKED = Rule("blocked-nchwc", "convolutions in the blocked layout NCHW16c: register tiles "
+                "of channel blocks x output columns, each a contiguous vector; epilogue per "
+                "tile", blocked_conv2d)
 PIXEL_LANES = Rule("pixel-lanes-1x1", "1x1 stride-1 convolutions: a matrix product with "
                     "vector lanes along the pixels (contiguous output and residual); register "
                     "tiles of channels x pixel vectors", pixel_lanes_1x1)
@@ -105,7 +108,7 @@ def _defaults() -> None:
         _TABLE[("cpu", kind)] = [PARALLEL]
         _TABLE[("cuda", kind)] = _gpu_rules()
         _TABLE[("other", kind)] = _gpu_rules()
-    _TABLE[("cpu", "conv2d")] = [PIXEL_LANES, PACKED, TILED, PARALLEL]
+    _TABLE[("cpu", "conv2d")] = [BLOCKED, PIXEL_LANES, PACKED, TILED, PARALLEL]
     _TABLE[("cpu", "matmul")] = [SPLIT_K_GEMV, TILED, CPU_GEMV, PARALLEL]
     _TABLE[("cpu", "pooling")] = [POOLING_ROWS, REDUCTION_CHAINS, PARALLEL]
     _TABLE[("cpu", "reduction")] = [REDUCTION_CHAINS, PARALLEL, CPU_REDUCTION]

@@ -609,6 +609,69 @@ def packed_conv2d(func, target):
     return sch.mod["main"].with_attr(PACKED_WEIGHTS_ATTR, [weight_index, lanes])
 
 
+def blocked_conv2d(func, target):
+    """Schedule a convolution in the blocked layout NCHW[lanes]c (see ``layers.prepare``).
+
+    ``out[n, f, y, x, lane] += data[n, c, y', x', l] * weight[f, c, ry, rx, l, lane]``: a
+    register tile of ``v`` output-channel blocks times ``w`` output columns, each a vector of
+    the block's lanes, accumulates over the whole reduction (per step ``v`` contiguous weight
+    vectors, ``w`` broadcast inputs, ``v * w`` fused multiply-adds); the epilogue writes the
+    tile out as whole contiguous vectors (onnxruntime's NCHWc kernels do the same). Identity
+    padding is inlined; real padding is computed first, in parallel. Returns None for other
+    kernels (other layouts, blocks that are not one vector of the target).
+    """
+    from tvm import ir, s_tir
+
+    if kernel_kind(func) != "conv2d":
+        return None
+    lanes, registers = vector_lanes(target)
+    sch = s_tir.Schedule(func)
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    reductions = [i for i, block_rv in enumerate(blocks) if _is_reduction(sch, block_rv)]
+    if len(reductions) != 1:
+        return None
+    main_index = reductions[0]
+    conv = blocks[main_index]
+    block = sch.get(conv)
+    out = block.writes[0].source if len(block.writes) == 1 else None
+    loops = sch.get_loops(conv)
+    if out is None or len(block.iter_vars) != 9 or len(loops) != 9 or len(out.shape) != 5 \
+            or str(out.dtype) != "float32" or any(_extent(sch, lp) is None for lp in loops) \
+            or _extent(sch, loops[4]) != lanes:
+        return None
+    prologue = list(blocks[:main_index])
+    for block_rv in list(prologue):  # an identity "padding" copy reads like the input itself
+        if not isinstance(sch.get(block_rv).body.value, ir.expr.Call):
+            try:
+                sch.compute_inline(block_rv)
+                prologue.remove(block_rv)
+            except s_tir.ScheduleError:
+                pass
+    tail = [sch.cache_write(conv, 0, "local")] + list(blocks[main_index + 1:])
+    for block_rv in tail[:-1]:
+        sch.compute_inline(block_rv)
+    n, f, y, x, lane, rc, ry, rx, rl = sch.get_loops(conv)
+    vectors, columns = _packed_tile(_extent(sch, f), _extent(sch, x),
+                                    PACKED_ACCUMULATORS[registers])
+    f_outer, f_vectors = sch.split(f, [None, vectors])
+    x_outer, x_inner = sch.split(x, [None, columns])
+    sch.reorder(n, f_outer, y, x_outer, rc, ry, rx, rl, f_vectors, x_inner, lane)
+    sch.reverse_compute_at(tail[-1], x_outer)
+    tile_loops = sch.get_loops(tail[-1])
+    below = [sch.get(lp).same_as(sch.get(x_outer)) for lp in tile_loops].index(True) + 1
+    *tile, tile_lane = tile_loops[below:]  # the tile's channel blocks and columns, its lanes
+    sch.vectorize(tile_lane)
+    for loop in tile:  # constant indices: the accumulators stay in registers
+        sch.unroll(loop)
+    _accumulate_in_registers(sch, conv, [f_vectors, x_inner], lane, sch.fuse(n, f_outer, y),
+                             rc)
+    for block_rv in prologue:  # padding: parallel over channel blocks and rows
+        prologue_loops = sch.get_loops(block_rv)
+        if len(prologue_loops) > 2:
+            sch.parallel(sch.fuse(*prologue_loops[:3]))
+    return sch.mod["main"]
+
+
 # The pixel-lane tile's input panel (channels x tile pixels) stays in the L1 data cache while
 # every output-channel tile of it is computed: at most this many bytes.
 PIXEL_PANEL_BYTES = 32 << 10
