@@ -527,6 +527,31 @@ def _accumulate_in_registers(sch, block, unrolled, lanes, parallel, first_reduct
     sch.vectorize(sch.get_loops(init)[-1])
 
 
+def _inline_identity_copies(sch, prologue) -> list:
+    """Inline the prologue blocks that only copy (an identity "padding" reads like the input
+    itself); the others (real padding) are returned."""
+    from tvm import ir, s_tir
+
+    left = []
+    for block_rv in prologue:
+        if not isinstance(sch.get(block_rv).body.value, ir.expr.Call):
+            try:
+                sch.compute_inline(block_rv)
+                continue
+            except s_tir.ScheduleError:
+                pass
+        left.append(block_rv)
+    return left
+
+
+def _epilogue_at(sch, last, tile_loop) -> list:
+    """Compute the kernel's last block per register tile (under `tile_loop`); its loops inside
+    the tile."""
+    sch.reverse_compute_at(last, tile_loop)
+    loops = sch.get_loops(last)
+    return loops[[sch.get(lp).same_as(sch.get(tile_loop)) for lp in loops].index(True) + 1:]
+
+
 def packed_conv2d(func, target):
     """Schedule a direct NCHW convolution with vector lanes along the output channels.
 
@@ -541,7 +566,7 @@ def packed_conv2d(func, target):
     first, in parallel. Returns None for other kernels (grouped or depthwise convolutions,
     channel counts that are not a multiple of the lanes, non-float32).
     """
-    from tvm import ir, s_tir
+    from tvm import s_tir
 
     if kernel_kind(func) != "conv2d":
         return None
@@ -569,14 +594,7 @@ def packed_conv2d(func, target):
     sch.transform_layout(conv, ("read", [r.source.same_as(func.params[weight_index])
                                           for r in block.reads].index(True)),
                          lambda f, c, h, w: (f // lanes, c, h, w, f % lanes))
-    prologue = list(blocks[:main_index])
-    for block_rv in list(prologue):  # an identity "padding" copy reads like the input itself
-        if not isinstance(sch.get(block_rv).body.value, ir.expr.Call):
-            try:
-                sch.compute_inline(block_rv)
-                prologue.remove(block_rv)
-            except s_tir.ScheduleError:
-                pass
+    prologue = _inline_identity_copies(sch, blocks[:main_index])
     epilogue = list(blocks[main_index + 1:])
     accumulate = sch.cache_write(conv, 0, "local")
     sch.transform_layout(conv, ("write", 0), lambda n, f, y, x: (n, f // lanes, y, x, f % lanes))
@@ -591,10 +609,7 @@ def packed_conv2d(func, target):
     f_outer, f_vectors, f_lanes = sch.split(f, [None, vectors, lanes])
     x_outer, x_inner = sch.split(x, [None, columns])
     sch.reorder(n, f_outer, y, x_outer, rc, ry, rx, f_vectors, x_inner, f_lanes)
-    sch.reverse_compute_at(last, x_outer)
-    tile_loops = sch.get_loops(last)
-    below = [sch.get(lp).same_as(sch.get(x_outer)) for lp in tile_loops].index(True) + 1
-    tile_f, *tile_x = tile_loops[below:]  # the tile's channels, then columns (unless 1)
+    tile_f, *tile_x = _epilogue_at(sch, last, x_outer)  # the tile's channels, then columns
     f_blocks, f_lane = sch.split(tile_f, [None, lanes])
     sch.reorder(*tile_x, f_blocks, f_lane)
     sch.vectorize(f_lane)
@@ -620,7 +635,7 @@ def blocked_conv2d(func, target):
     padding is inlined; real padding is computed first, in parallel. Returns None for other
     kernels (other layouts, blocks that are not one vector of the target).
     """
-    from tvm import ir, s_tir
+    from tvm import s_tir
 
     if kernel_kind(func) != "conv2d":
         return None
@@ -639,14 +654,7 @@ def blocked_conv2d(func, target):
             or str(out.dtype) != "float32" or any(_extent(sch, lp) is None for lp in loops) \
             or _extent(sch, loops[4]) != lanes:
         return None
-    prologue = list(blocks[:main_index])
-    for block_rv in list(prologue):  # an identity "padding" copy reads like the input itself
-        if not isinstance(sch.get(block_rv).body.value, ir.expr.Call):
-            try:
-                sch.compute_inline(block_rv)
-                prologue.remove(block_rv)
-            except s_tir.ScheduleError:
-                pass
+    prologue = _inline_identity_copies(sch, blocks[:main_index])
     tail = [sch.cache_write(conv, 0, "local")] + list(blocks[main_index + 1:])
     for block_rv in tail[:-1]:
         sch.compute_inline(block_rv)
@@ -656,10 +664,7 @@ def blocked_conv2d(func, target):
     f_outer, f_vectors = sch.split(f, [None, vectors])
     x_outer, x_inner = sch.split(x, [None, columns])
     sch.reorder(n, f_outer, y, x_outer, rc, ry, rx, rl, f_vectors, x_inner, lane)
-    sch.reverse_compute_at(tail[-1], x_outer)
-    tile_loops = sch.get_loops(tail[-1])
-    below = [sch.get(lp).same_as(sch.get(x_outer)) for lp in tile_loops].index(True) + 1
-    *tile, tile_lane = tile_loops[below:]  # the tile's channel blocks and columns, its lanes
+    *tile, tile_lane = _epilogue_at(sch, tail[-1], x_outer)  # blocks, columns; lanes
     sch.vectorize(tile_lane)
     for loop in tile:  # constant indices: the accumulators stay in registers
         sch.unroll(loop)
