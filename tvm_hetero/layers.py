@@ -190,6 +190,29 @@ def _simplify_stack_sum_pass():
     return _rewrite_pass(_Rewriter, "tvm_hetero.SimplifyStackSum")
 
 
+def _drop_dropout_pass():
+    import tvm
+    from tvm import relax
+
+    op_dropout = tvm.ir.Op.get("relax.nn.dropout")
+
+    @relax.expr_functor.mutator
+    class _Rewriter(relax.PyExprMutator):
+        """``dropout(x)[0]`` is ``x`` at inference (ONNX Dropout without training mode): the
+        copy goes, and so does the tuple that TVM's layout conversion fails on."""
+
+        def visit_tuple_getitem_(self, op):
+            op = super().visit_tuple_getitem_(op)
+            source = op.tuple_value
+            if isinstance(source, relax.Var):
+                source = self.lookup_binding(source)
+            if op.index == 0 and isinstance(source, relax.Call) and source.op.same_as(op_dropout):
+                return source.args[0]
+            return op
+
+    return _rewrite_pass(_Rewriter, "tvm_hetero.DropDropout")
+
+
 # Output channels of a convolution are padded up to a multiple of this (the widest CPU vector,
 # 16 fp32 lanes) when that adds at most CHANNEL_PAD_WASTE of the work: kernels schedule
 # channels in whole vectors (SqueezeNet's 1000-class 1x1 convolution).
@@ -230,14 +253,27 @@ def _pad_conv_channels_pass():
     return _rewrite_pass(_Rewriter, "tvm_hetero.PadConvChannels")
 
 
-# Convolutions whose input and output channels are both multiples of CHANNEL_LANES and at
-# least this many run in the blocked layout NCHW16c (``[N, C/16, H, W, 16]``, weights
-# ``OIHW16i16o``): every output pixel is one contiguous vector, and chains of convolutions pass
-# activations on without re-layout (onnxruntime's NCHWc). ResNet-50 (every convolution but the
-# RGB one): 41.3 -> 38.9 ms. The zoo models' 16-32-channel convolutions ran no faster blocked
-# (the layout transforms around them cost what the kernels saved), hence the floor.
-NCHWC_MIN_CHANNELS = 64
+# In a model whose convolutions add up to at least this many FLOPs, every convolution whose
+# input and output channels are multiples of CHANNEL_LANES runs in the blocked layout NCHW16c
+# (``[N, C/16, H, W, 16]``, weights ``OIHW16i16o``): every output pixel is one contiguous
+# vector, and chains of convolutions pass activations on without re-layout (onnxruntime's
+# NCHWc). ResNet-50: 41.3 -> 38.9 ms; SqueezeNet 1.1 4.31 -> 3.93 ms. The zoo models (at most
+# 40 MFLOP of convolutions) ran 1-4 % slower blocked: the transforms in and out cost what
+# their small kernels saved.
+NCHWC_MIN_MODEL_FLOPS = 200e6
 NCHWC_LAYOUT = (f"NCHW{CHANNEL_LANES}c", f"OIHW{CHANNEL_LANES}i{CHANNEL_LANES}o")
+
+
+def _conv2d_flops(call) -> float:
+    """Multiply-adds x 2 of a Relax NCHW/OIHW ``conv2d`` call (0 when a shape is unknown)."""
+    out, weight = call.ty, call.args[1].ty
+    if out.shape is None or weight.shape is None:
+        return 0.0
+    try:
+        return 2.0 * float(np.prod([int(v) for v in out.shape])) * float(
+            np.prod([int(v) for v in list(weight.shape)[1:]]))
+    except TypeError:  # symbolic dimensions
+        return 0.0
 
 
 def _blocked_conv_layout_pass():
@@ -252,13 +288,21 @@ def _blocked_conv_layout_pass():
         if int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" \
                 or str(attrs.out_layout) != "NCHW" or weight.shape is None \
                 or str(weight.dtype) != "float32" or any(
-                    int(c) % CHANNEL_LANES or int(c) < NCHWC_MIN_CHANNELS
-                    for c in (weight.shape[0], weight.shape[1])):
+                    int(c) % CHANNEL_LANES for c in (weight.shape[0], weight.shape[1])):
             return {"relax.nn.conv2d": [str(attrs.data_layout), str(attrs.kernel_layout)]}
         return {"relax.nn.conv2d": list(NCHWC_LAYOUT)}
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_hetero.BlockedConvLayout")
     def convert(mod, _ctx):
+        flops = sum(_conv2d_flops(binding.value) for binding in main_bindings(mod)
+                    if isinstance(binding.value, relax.Call)
+                    and getattr(binding.value.op, "name", "") == "relax.nn.conv2d")
+        if flops == 0:
+            return mod
+        if flops < NCHWC_MIN_MODEL_FLOPS:
+            logger.info("convolutions stay NCHW: %.0f MFLOP of them, the blocked layout pays "
+                        "from %.0f", flops / 1e6, NCHWC_MIN_MODEL_FLOPS / 1e6)
+            return mod
         try:
             converted = relax.transform.ConvertLayout({}, layout_of)(mod)
         except tvm.error.InternalError as err:  # TVM's layout inference fails on some graphs
@@ -369,9 +413,12 @@ def _legalize_conv2d(bb, call):
 def prepare(mod, target=None):
     """Lower a model's Relax module to its layered form.
 
-    Decomposes inference-only ops, folds constants, pads the output channels of convolutions
-    with constant weights up to whole vectors where that costs at most 5 % more work (a
-    ``strided_slice`` after the convolution keeps the model's output), legalizes every op to
+    Decomposes inference-only ops (and drops inference dropout), folds constants, pads the
+    output channels of convolutions with constant weights up to whole vectors where that costs
+    at most 5 % more work (a ``strided_slice`` after the convolution keeps the model's output),
+    converts the convolutions of models with enough convolution work to the blocked layout
+    NCHW16c (``NCHWC_MIN_MODEL_FLOPS``; a layout transform into it and out of it where the
+    model's layout changes), legalizes every op to
     TIR and fuses (FuseOps + FuseTIR), so that each ``call_tir`` binding of ``main`` is one
     layer. The ops of each fused group are kept in the PrimFunc attribute
     ``tvm_hetero.op_kinds``.
@@ -398,13 +445,13 @@ def prepare(mod, target=None):
     cleanup = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
+        _drop_dropout_pass(),
         _simplify_stack_sum_pass(),
         relax.transform.CanonicalizeBindings(),  # aliases left by the rewrite block fusion
         relax.transform.FoldConstant(),
-        relax.transform.DeadCodeElimination(),  # (layout conversion fails on dead bindings)
-        _blocked_conv_layout_pass(),
-        _pad_conv_channels_pass(),  # of the convolutions left NCHW
+        _pad_conv_channels_pass(),
         relax.transform.DeadCodeElimination(),
+        _blocked_conv_layout_pass(),
     ])
     mod = cleanup(mod)
     with target:

@@ -796,6 +796,8 @@ def pixel_lanes_1x1(func, target):
 # Vector lanes of the pooling rule: the largest divisor of the output width up to this many
 # (ResNet-50's 56-wide max pool: 14 lanes 0.12 ms, 28 lanes 0.16, 56 lanes 0.31; scalar 0.22).
 POOL_LANES = 16
+# Output columns per tile of a pool in the blocked layout (each column one vector of lanes).
+POOL_BLOCKED_COLUMNS = 8
 
 
 def pooling_rows(func, target):
@@ -805,8 +807,10 @@ def pooling_rows(func, target):
     every window offset ``(ry, rx)`` updates it with vectors of output columns (strided input
     loads for a stride-2 pool) while the row is in the L1 cache, and no element re-tests its
     window's bounds: padding, when there is any, is computed first, in parallel. Lanes: the
-    largest divisor of the width up to `POOL_LANES`. Returns None for other kernels and for
-    widths with no divisor of at least 4 lanes (those keep ``parallel-loops``).
+    largest divisor of the width up to `POOL_LANES`; in the blocked layout (NCHW[x]c) the
+    block's channels, a tile of up to `POOL_BLOCKED_COLUMNS` columns updated together. Returns
+    None for other kernels and for NCHW widths with no divisor of at least 4 lanes (those keep
+    ``parallel-loops``).
     """
     from tvm import s_tir
 
@@ -821,16 +825,26 @@ def pooling_rows(func, target):
     pool = reductions[0]
     kinds = [_is_reduction_iter(iv) for iv in sch.get(pool).iter_vars]
     loops = sch.get_loops(pool)
-    if kinds != [False] * 4 + [True] * 2 or len(loops) != 6 \
-            or any(_extent(sch, loop) is None for loop in loops):
-        return None
-    n, c, y, x, ry, rx = loops
-    lanes = _largest_divisor(_extent(sch, x), POOL_LANES)
-    if lanes < 4:
+    if len(loops) != len(kinds) or any(_extent(sch, loop) is None for loop in loops):
         return None
     work = _iterations(sch, loops)
-    x_outer, x_lanes = sch.split(x, [None, lanes])
-    sch.reorder(n, c, y, x_outer, ry, rx, x_lanes)
+    if kinds == [False] * 5 + [True] * 2 and _extent(sch, loops[4]) % 4 == 0:
+        # blocked layout (NCHW[x]c): the lanes are the channels of the block; a tile of
+        # output columns, each one vector, updated per window offset
+        n, c, y, x, x_lanes, ry, rx = loops
+        x_outer, x_tile = sch.split(x, [None, _largest_divisor(_extent(sch, x),
+                                                               POOL_BLOCKED_COLUMNS)])
+        sch.reorder(n, c, y, x_outer, ry, rx, x_tile, x_lanes)
+        sch.unroll(x_tile)
+    elif kinds == [False] * 4 + [True] * 2:
+        n, c, y, x, ry, rx = loops
+        lanes = _largest_divisor(_extent(sch, x), POOL_LANES)
+        if lanes < 4:
+            return None
+        x_outer, x_lanes = sch.split(x, [None, lanes])
+        sch.reorder(n, c, y, x_outer, ry, rx, x_lanes)
+    else:
+        return None
     rows = sch.fuse(n, c, y)
     if (_extent(sch, rows) or 0) >= MIN_PARALLEL_EXTENT and work >= MIN_PARALLEL_WORK:
         sch.parallel(rows)
