@@ -2,6 +2,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import tvm_hetero as th
 from tvm_hetero.layers import LAYER_KINDS, is_layered, prepare
@@ -233,3 +234,48 @@ def test_inference_dropout_is_dropped_and_the_convolution_blocked():
     assert not any("dropout" in op for l in squeezenet for op in l.op_kinds)
     # all its convolutions but the RGB one run blocked (the 1000-class one padded to 1008)
     assert sum(len(l.outputs[0].shape) == 5 for l in squeezenet if l.kind == "conv2d") == 25
+
+
+def _conv_module(layout: str, weight: np.ndarray, out_layout: str | None = None):
+    from tvm import relax
+
+    from tvm_hetero.layers import _blocked_by_numpy
+
+    channels, size = weight.shape[1], 8
+    builder = relax.BlockBuilder()
+    if layout == "NCHW":
+        x = relax.Var("x", relax.TensorType((1, channels, size, size), "float32"))
+        kernel_layout = "OIHW"
+    else:  # NCHW8c
+        x = relax.Var("x", relax.TensorType((1, channels // 8, size, size, 8), "float32"))
+        blocked = (weight.shape[0] // 8, channels // 8) + weight.shape[2:] + (8, 8)
+        weight = np.ascontiguousarray(_blocked_by_numpy(weight, blocked))
+        kernel_layout = "OIHW8i8o"
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            conv = relax.op.nn.conv2d(x, relax.const(weight), padding=1, data_layout=layout,
+                                      kernel_layout=kernel_layout, out_layout=out_layout)
+            out = builder.emit_output(builder.emit(relax.op.nn.relu(conv)))
+        builder.emit_func_output(out)
+    return builder.get()
+
+
+def test_a_users_blocked_convolution_is_legalized_and_matches_nchw(cpu_devices):
+    from tvm_hetero.layers import _blocked_by_numpy
+
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((32, 16, 3, 3)).astype("float32")
+    x = rng.standard_normal((1, 16, 8, 8)).astype("float32")
+    reference = th.build(_conv_module("NCHW", weight), "all:cpu", cpu_devices).run({"x": x})
+    blocked = th.build(_conv_module("NCHW8c", weight), "all:cpu", cpu_devices)
+    # 8-channel blocks: not the 16 lanes of the blocked rule
+    assert list(blocked.stats.rules.values()) == ["tiled"]
+    got = blocked.run({"x": np.ascontiguousarray(_blocked_by_numpy(x, (1, 2, 8, 8, 8)))})
+    np.testing.assert_allclose(got[0], _blocked_by_numpy(reference[0], (1, 4, 8, 8, 8)),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_a_convolution_layout_without_a_lowering_is_a_model_error():
+    weight = np.ones((32, 16, 3, 3), "float32")
+    with pytest.raises(th.ModelError, match="layouts NCHW8c/OIHW8i8o/NCHW .* not supported"):
+        th.extract_layers(_conv_module("NCHW8c", weight, out_layout="NCHW"))

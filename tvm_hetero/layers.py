@@ -395,17 +395,22 @@ def _conv2d_blocked(data, weight, strides, padding, dilation):
 
 
 def _legalize_conv2d(bb, call):
-    """Blocked-layout convolutions (which TVM's legalization leaves as they are) to
-    :func:`_conv2d_blocked`; the others to TVM's own."""
+    """Blocked-layout convolutions (``NCHW[x]c`` data and output, ``OIHW[x]i[y]o`` weight: TVM's
+    legalization leaves them as they are) to :func:`_conv2d_blocked`; the others to TVM's
+    own."""
     from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
     attrs = call.attrs
-    if len(str(attrs.data_layout)) == 4:
+    data, kernel, out = (str(attrs.data_layout), str(attrs.kernel_layout),
+                         str(attrs.out_layout))
+    if len(data) == 4 and len(kernel) == 4:
         return _nn_conv2d(bb, call)
-    if not (str(attrs.data_layout) == str(attrs.out_layout) == NCHWC_LAYOUT[0]
-            and str(attrs.kernel_layout) == NCHWC_LAYOUT[1] and int(attrs.groups) == 1):
-        raise ModelError(f"conv2d with layouts {attrs.data_layout}/{attrs.kernel_layout}/"
-                         f"{attrs.out_layout} is not supported")
+    data_block = re.fullmatch(r"NCHW(\d+)c", data)
+    kernel_block = re.fullmatch(r"OIHW(\d+)i(\d+)o", kernel)
+    if not (data_block and kernel_block and out == data and int(attrs.groups) == 1
+            and kernel_block.group(1) == data_block.group(1)):
+        raise ModelError(f"conv2d with layouts {data}/{kernel}/{out} (groups {attrs.groups}) "
+                         f"is not supported: NCHW, NHWC or NCHW[x]c with OIHW[x]i[y]o")
     return bb.call_te(_conv2d_blocked, call.args[0], call.args[1], attrs.strides, attrs.padding,
                       attrs.dilation, primfunc_name_hint="conv2d")
 
