@@ -257,9 +257,9 @@ def _pad_conv_channels_pass():
 # input and output channels are multiples of CHANNEL_LANES runs in the blocked layout NCHW16c
 # (``[N, C/16, H, W, 16]``, weights ``OIHW16i16o``): every output pixel is one contiguous
 # vector, and chains of convolutions pass activations on without re-layout (onnxruntime's
-# NCHWc). ResNet-50: 41.3 -> 38.9 ms; SqueezeNet 1.1 4.31 -> 3.93 ms. The zoo models (at most
-# 40 MFLOP of convolutions) ran 1-4 % slower blocked: the transforms in and out cost what
-# their small kernels saved.
+# NCHWc). ResNet-50: 41.3 -> 38.9 ms; SqueezeNet 1.1 4.31 -> 3.93 ms. The zoo models (3-28
+# MFLOP of convolutions) ran 1-4 % slower blocked: the transforms in and out cost what their
+# small kernels saved.
 NCHWC_MIN_MODEL_FLOPS = 200e6
 NCHWC_LAYOUT = (f"NCHW{CHANNEL_LANES}c", f"OIHW{CHANNEL_LANES}i{CHANNEL_LANES}o")
 
@@ -281,7 +281,7 @@ def _blocked_conv_layout_pass():
     from tvm import relax
 
     def layout_of(call):
-        # the others stay NCHW explicitly: inferred from a blocked input they fail in TVM
+        # the others keep their layout explicitly: inferred from a blocked input, TVM fails
         if call.op.name != "relax.nn.conv2d":
             return {}
         attrs, weight = call.attrs, call.args[1].ty
@@ -422,10 +422,9 @@ def prepare(mod, target=None):
     output channels of convolutions with constant weights up to whole vectors where that costs
     at most 5 % more work (a ``strided_slice`` after the convolution keeps the model's output),
     converts the convolutions of models with enough convolution work to the blocked layout
-    NCHW16c (``NCHWC_MIN_MODEL_FLOPS``; a layout transform into it and out of it where the
-    model's layout changes), legalizes every op to
-    TIR and fuses (FuseOps + FuseTIR), so that each ``call_tir`` binding of ``main`` is one
-    layer. The ops of each fused group are kept in the PrimFunc attribute
+    NCHW16c (``NCHWC_MIN_MODEL_FLOPS``; a layout transform where the model's layout changes),
+    legalizes every op to TIR and fuses (FuseOps + FuseTIR), so that each ``call_tir`` binding
+    of ``main`` is one layer. The ops of each fused group are kept in the PrimFunc attribute
     ``tvm_hetero.op_kinds``.
 
     Parameters
