@@ -43,3 +43,24 @@ def run_cli(*args, cwd=None, timeout=600):
     return subprocess.run([sys.executable, "-m", "tvm_hetero.cli.main", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def conv_chain(channels: int, size: int):
+    """3x3 conv with bias and relu, then a strided 1x1 conv with a residual (ResNet's
+    downsample shape)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                      [1, 2 * channels, size // 2, size // 2])
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype("float32") * 0.1, name)
+             for name, shape in [("w1", (channels, channels, 3, 3)), ("b1", (channels,)),
+                                 ("w2", (2 * channels, channels, 1, 1)),
+                                 ("r", (1, 2 * channels, size // 2, size // 2))]]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["a1"]),
+             helper.make_node("Conv", ["a1", "w2"], ["c2"], strides=[2, 2]),
+             helper.make_node("Add", ["c2", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    graph = helper.make_graph(nodes, "conv_chain", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -7,7 +7,7 @@ import tvm_hetero as th
 from tvm_hetero.testing import (light_model, max_relative_error, onnx_reference,
                                 random_placement)
 
-from conftest import zoo
+from conftest import conv_chain, zoo
 
 # Outputs are compared as max |got - want| / max |want|. Layers on cpu-generic are compiled
 # without FMA, so they round differently from the host-CPU build: 1e-4 allows for that and
@@ -101,9 +101,10 @@ def _host_cpu_flags() -> str:
         return ""
 
 
-def test_cpu_plus_cuda_compiles_without_a_gpu_with_cuda_kernels():
+@pytest.mark.parametrize("name", ["resnet", "blocked conv chain"])
+def test_cpu_plus_cuda_compiles_without_a_gpu_with_cuda_kernels(name):
     devices = th.DeviceSet.parse(["cpu", "cuda"])
-    model = zoo("resnet")
+    model = zoo(name) if name == "resnet" else th.load_model(conv_chain(64, 56), name="chain")
     layers = th.extract_layers(model.mod)
     placement = th.Placement({l.name: devices.names[i % 2] for i, l in enumerate(layers)})
     compiled = th.build(model, placement, devices)

@@ -8,7 +8,7 @@ import tvm_hetero as th
 from tvm_hetero.layers import LAYER_KINDS, is_layered, prepare
 from tvm_hetero.testing import light_model_path
 
-from conftest import zoo
+from conftest import conv_chain, zoo
 
 
 def test_a_fused_group_is_one_layer():
@@ -142,33 +142,12 @@ def test_conv_output_channels_are_padded_to_whole_vectors_where_that_is_cheap(cp
     assert layer.op_kinds == ["conv2d", "add", "relu"]
 
 
-def _conv_chain(channels: int, size: int):
-    """3x3 conv with bias and relu, then a strided 1x1 conv with a residual (ResNet's
-    downsample shape)."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(4)
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                      [1, 2 * channels, size // 2, size // 2])
-    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype("float32") * 0.1, name)
-             for name, shape in [("w1", (channels, channels, 3, 3)), ("b1", (channels,)),
-                                 ("w2", (2 * channels, channels, 1, 1)),
-                                 ("r", (1, 2 * channels, size // 2, size // 2))]]
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["a1"]),
-             helper.make_node("Conv", ["a1", "w2"], ["c2"], strides=[2, 2]),
-             helper.make_node("Add", ["c2", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
-    graph = helper.make_graph(nodes, "conv_chain", [x], [y], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def test_wide_convolutions_run_in_the_blocked_layout_and_match_onnxruntime(cpu_devices):
     import onnxruntime as ort
 
     from tvm_hetero.testing import max_relative_error
 
-    onnx_model = _conv_chain(64, 56)  # 244 MFLOP of convolutions
+    onnx_model = conv_chain(64, 56)  # 244 MFLOP of convolutions
     model = th.load_model(onnx_model, name="conv_chain_64")
     layers = th.extract_layers(model)
     # into the blocked layout once, out once; the two convolutions pass it on
@@ -189,12 +168,12 @@ def test_wide_convolutions_run_in_the_blocked_layout_and_match_onnxruntime(cpu_d
 
 def test_a_model_with_little_convolution_work_stays_nchw(caplog):
     with caplog.at_level("INFO", logger="tvm_hetero.layers"):
-        small = th.extract_layers(th.load_model(_conv_chain(64, 16), name="conv_chain_16"))
+        small = th.extract_layers(th.load_model(conv_chain(64, 16), name="conv_chain_16"))
     assert [l.kind for l in small] == ["conv2d", "conv2d"]  # 20 MFLOP
     assert all(len(l.outputs[0].shape) == 4 for l in small)
     assert any("convolutions stay NCHW: 20 MFLOP of them" in r.message for r in caplog.records)
     # nor, in a model with the work, do channels that are not whole vectors (273 MFLOP)
-    ragged = th.extract_layers(th.load_model(_conv_chain(24, 160), name="conv_chain_24"))
+    ragged = th.extract_layers(th.load_model(conv_chain(24, 160), name="conv_chain_24"))
     assert all(len(l.outputs[0].shape) == 4 for l in ragged if l.kind == "conv2d")
 
 
