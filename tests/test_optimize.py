@@ -260,6 +260,10 @@ def test_resnet50s_blocked_convolutions_take_the_blocked_rule(cpu_devices):
     assert len(blocked) == 23  # 52 calls: every convolution but the RGB one
     convs = {layer.func_name for layer in layers if layer.kind == "conv2d"}
     assert [rules[name] for name in convs - blocked] == ["packed-weights"]
+    # one transform into the layout (read by both branches of the first block), one out
+    transforms = [layer for layer in layers if layer.op_kinds == ["te_layout_transform"]]
+    assert [layer.outputs[0].shape for layer in transforms] == [(1, 4, 56, 56, 16),
+                                                                (1, 2048, 1, 1)]
 
 
 def test_the_blocked_rule_declines_nchw_convolutions(cpu_devices):

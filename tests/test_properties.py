@@ -97,7 +97,7 @@ def test_any_placement_matches_onnxruntime_many(name, data):
 @settings(max_examples=8, **COMMON)
 @given(data=st.data())
 def test_any_placement_matches_onnxruntime_resnet50(data):
-    check_placement(data, "resnet50")  # 63 layers, about 6 s per example
+    check_placement(data, "resnet50")  # 62 layers, about 6 s per example
 
 
 def test_finite_relative_error_catches_nan_and_shapes():

@@ -309,6 +309,8 @@ def _blocked_conv_layout_pass():
             logger.info("convolutions stay NCHW: layout conversion failed (%s)",
                         str(err).strip().splitlines()[-1])
             return mod
+        # one transform per tensor: ConvertLayout gives each blocked consumer its own
+        converted = relax.transform.EliminateCommonSubexpr()(converted)
         return _fold_constant_layouts_pass()(converted)
 
     return convert
