@@ -200,10 +200,10 @@ def reduction_chains(func, target):
 
     del target
     sch = s_tir.Schedule(func)
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    reductions = [i for i, block_rv in enumerate(blocks) if _is_reduction(sch, block_rv)]
-    if len(reductions) != 1 or reductions[0] != 0:
+    found = _one_reduction(sch)
+    if found is None or found[1] != 0:
         return None
+    blocks = found[0]
     block_rv = blocks[0]
     block = sch.get(block_rv)
     loops = sch.get_loops(block_rv)
@@ -503,16 +503,24 @@ def _is_reduction(sch, block_rv) -> bool:
     return any(_is_reduction_iter(iv) for iv in sch.get(block_rv).iter_vars)
 
 
+def _one_reduction(sch) -> tuple[list, int] | None:
+    """``(root blocks, index of the reduction block)`` of a kernel with exactly one reduction
+    block, else None."""
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    reductions = [i for i, block_rv in enumerate(blocks) if _is_reduction(sch, block_rv)]
+    return (blocks, reductions[0]) if len(reductions) == 1 else None
+
+
 def _direct_conv(func, sch):
     """``(root blocks, index of the convolution block, weight parameter index)`` of a kernel
     whose one reduction is a direct NCHW convolution, else None. The blocks as written
     (normalize_prim_func would drop the unit loops of a 1x1 kernel)."""
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    reductions = [i for i, block_rv in enumerate(blocks) if _is_reduction(sch, block_rv)]
-    if len(reductions) != 1:
+    found = _one_reduction(sch)
+    if found is None:
         return None
-    weight_index = _direct_conv_weight(func, sch.get(blocks[reductions[0]]))
-    return None if weight_index is None else (blocks, reductions[0], weight_index)
+    blocks, main_index = found
+    weight_index = _direct_conv_weight(func, sch.get(blocks[main_index]))
+    return None if weight_index is None else (blocks, main_index, weight_index)
 
 
 def _accumulate_in_registers(sch, block, unrolled, lanes, parallel, first_reduction) -> None:
@@ -641,11 +649,10 @@ def blocked_conv2d(func, target):
         return None
     lanes, registers = vector_lanes(target)
     sch = s_tir.Schedule(func)
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    reductions = [i for i, block_rv in enumerate(blocks) if _is_reduction(sch, block_rv)]
-    if len(reductions) != 1:
+    found = _one_reduction(sch)
+    if found is None:
         return None
-    main_index = reductions[0]
+    blocks, main_index = found
     conv = blocks[main_index]
     block = sch.get(conv)
     out = block.writes[0].source if len(block.writes) == 1 else None
@@ -818,11 +825,11 @@ def pooling_rows(func, target):
     if kernel_kind(func) != "pooling":
         return None
     sch = s_tir.Schedule(func)
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    reductions = [block_rv for block_rv in blocks if _is_reduction(sch, block_rv)]
-    if len(reductions) != 1:
+    found = _one_reduction(sch)
+    if found is None:
         return None
-    pool = reductions[0]
+    blocks, pool_index = found
+    pool = blocks[pool_index]
     kinds = [_is_reduction_iter(iv) for iv in sch.get(pool).iter_vars]
     loops = sch.get_loops(pool)
     if len(loops) != len(kinds) or any(_extent(sch, loop) is None for loop in loops):
