@@ -45,11 +45,68 @@ def test_residual_and_concat_form_a_dag():
     # the first residual block: conv2d_2 adds the block input (conv2d_0's output) to its own
     assert layers["conv2d_2"].op_kinds == ["conv2d", "add", "add", "relu"]
     assert set(layers["conv2d_2"].predecessors) == {"conv2d_1", "conv2d_0"}
-    # two 1x1 branches joined by Concat
-    assert set(layers["concatenate_0"].predecessors) == {"conv2d_8", "conv2d_9"}
+    # the two 1x1 branches joined by Concat are one convolution (see the test below)
+    assert layers["conv2d_8"].predecessors == ["conv2d_7"]
+    assert layers["mean_0"].predecessors == ["conv2d_8"]
     names = list(layers)
     for index, layer in enumerate(layers.values()):  # program order is a topological order
         assert all(names.index(p) < index for p in layer.predecessors)
+
+
+def _branches(variant: str):
+    """x -> two 1x1 convolutions (bias, relu) joined by a Concat; `variant` breaks the merge."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    second_kernel = 3 if variant == "kernels" else 1
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype("float32"), name)
+             for name, shape in [("wa", (16, 8, 1, 1)), ("ba", (16,)),
+                                 ("wb", (16, 8, second_kernel, second_kernel)), ("bb", (16,))]]
+    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["ca"]),
+             helper.make_node("Conv", ["x", "wb", "bb"], ["cb"],
+                              pads=[second_kernel // 2] * 4),
+             helper.make_node("Relu", ["ca"], ["ra"])]
+    joined = ["ra", "cb" if variant == "chains" else "rb"]
+    if variant != "chains":
+        nodes.append(helper.make_node("Relu", ["cb"], ["rb"]))
+    if variant == "shared":  # the first branch's output is read twice
+        joined.append("ra")
+    nodes.append(helper.make_node("Concat", joined, ["y"], axis=1))
+    graph = helper.make_graph(
+        nodes, "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_convolutions_joined_by_a_concat_merge_into_one(cpu_devices):
+    import onnxruntime as ort
+
+    from tvm_hetero.testing import max_relative_error
+
+    onnx_model = _branches("merge")
+    model = th.load_model(onnx_model, name="branches")
+    (layer,) = th.extract_layers(model)  # was three: two convolutions and the Concat
+    assert layer.op_kinds == ["conv2d", "add", "relu"]
+    assert layer.outputs[0].shape == (1, 32, 8, 8)
+    assert layer.param_bytes == 4 * (32 * 8 + 32)  # both filter sets, both biases
+    inputs = model.random_inputs(seed=3)
+    expected = ort.InferenceSession(onnx_model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, inputs)
+    for optimize in (True, False):
+        compiled = th.build(model, "all:cpu", cpu_devices, optimize=optimize)
+        assert max_relative_error(compiled.run(inputs), expected) < 1e-5
+    # the zoo ResNet's two heads: the Concat is gone, one 32-channel 1x1 convolution
+    layers = th.extract_layers(zoo("resnet"))
+    assert not any("concatenate" in l.op_kinds for l in layers)
+    assert layers[-4].op_kinds == ["conv2d", "add", "relu"]
+    assert layers[-4].outputs[0].shape == (1, 32, 16, 16)
+
+
+@pytest.mark.parametrize("variant", ["kernels", "chains", "shared"])
+def test_convolutions_that_differ_or_are_read_elsewhere_stay_apart(variant):
+    layers = th.extract_layers(th.load_model(_branches(variant), name=f"branches_{variant}"))
+    assert sum(l.kind == "conv2d" for l in layers) == 2
+    assert any("concatenate" in l.op_kinds for l in layers)
 
 
 def test_transformer_block_layers():

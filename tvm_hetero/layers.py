@@ -213,6 +213,144 @@ def _drop_dropout_pass():
     return _rewrite_pass(_Rewriter, "tvm_hetero.DropDropout")
 
 
+# Ops applied element by element, whatever the channel: a chain of them after parallel
+# convolutions merges with the convolutions (_merge_concatenated_convs_pass).
+_ELEMENTWISE_UNARY = ("relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.clip",
+                      "relax.nn.leakyrelu", "relax.nn.silu", "relax.nn.gelu")
+_PER_CHANNEL_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
+
+
+def _use_counts(func) -> dict:
+    """How many times each variable of a Relax function is read (in A-normal form)."""
+    from tvm import relax
+
+    counts: dict = {}
+
+    def read(expr):
+        if isinstance(expr, relax.Var):
+            counts[expr] = counts.get(expr, 0) + 1
+        elif isinstance(expr, relax.Tuple):
+            for field_expr in expr.fields:
+                read(field_expr)
+        elif isinstance(expr, relax.Call):
+            for arg in expr.args:
+                read(arg)
+        elif isinstance(expr, relax.TupleGetItem):
+            read(expr.tuple_value)
+
+    body = func.body
+    for block in body.blocks:
+        for binding in block.bindings:
+            read(binding.value)
+    read(body.body)
+    return counts
+
+
+def _merge_concatenated_convs_pass():
+    import tvm
+    import tvm_ffi
+    from tvm import relax
+
+    op_conv = tvm.ir.Op.get("relax.nn.conv2d")
+    op_concat = tvm.ir.Op.get("relax.concat")
+
+    def per_channel(const, channels: int) -> int | None:
+        """The channel axis of a constant broadcast per channel over NCHW, else None."""
+        shape = tuple(int(d) for d in const.value.shape)
+        if shape == (1, channels, 1, 1):
+            return 1
+        return 0 if shape == (channels, 1, 1) else None
+
+    @relax.expr_functor.mutator
+    class _Rewriter(relax.PyExprMutator):
+        """``concat([f(conv2d(x, W1)), f(conv2d(x, W2)), ...], axis=1)``, the convolutions
+        reading the same input with the same attributes and constant weights, each followed by
+        the same chain ``f`` of per-channel constant adds/multiplies (bias, batch norm) and
+        element-wise activations, becomes ``f'(conv2d(x, concat(W1, W2, ...)))``: one
+        convolution writing the concatenation directly (the zoo ResNet's two 1x1 heads: three
+        kernels become one). Only when each branch's values are used by the concatenation
+        alone."""
+
+        def __init__(self, mod):
+            super().__init__(mod)
+            self.uses = {}
+            for func in mod.functions.values():
+                if isinstance(func, relax.Function):
+                    self.uses.update(_use_counts(func))
+
+        def _branch(self, var):
+            """(conv call, [(op, attrs, other args, constant, constant first)]) of one
+            concatenated input, innermost step first, or None."""
+            steps = []
+            while isinstance(var, relax.Var) and self.uses.get(var) == 1:
+                value = self.lookup_binding(var)
+                if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+                    return None
+                if value.op.same_as(op_conv):
+                    attrs = value.attrs
+                    if not isinstance(value.args[1], tvm.ir.GenericConst) \
+                            or int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" \
+                            or str(attrs.kernel_layout) != "OIHW":
+                        return None
+                    return value, steps[::-1]
+                name = value.op.name
+                if name in _ELEMENTWISE_UNARY and isinstance(value.args[0], relax.Var) and not any(
+                        isinstance(arg, (relax.Var, tvm.ir.GenericConst))
+                        for arg in value.args[1:]):
+                    steps.append((value.op, value.attrs, list(value.args[1:]), None, False))
+                    var = value.args[0]
+                elif name in _PER_CHANNEL_BINARY and len(value.args) == 2:
+                    first_const = isinstance(value.args[0], tvm.ir.GenericConst)
+                    const, var = value.args if first_const else value.args[::-1]
+                    if not isinstance(const, tvm.ir.GenericConst):
+                        return None
+                    steps.append((value.op, value.attrs, [], const, first_const))
+                else:
+                    return None
+            return None
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not call.op.same_as(op_concat) or int(call.attrs.axis) != 1 \
+                    or not isinstance(call.args[0], relax.Tuple) or len(call.args[0].fields) < 2:
+                return call
+            branches = [self._branch(field_expr) for field_expr in call.args[0].fields]
+            if any(branch is None for branch in branches):
+                return call
+            first_conv, first_steps = branches[0]
+            for conv, steps in branches[1:]:
+                if not conv.args[0].same_as(first_conv.args[0]) \
+                        or not tvm_ffi.structural_equal(conv.attrs, first_conv.attrs) \
+                        or len(steps) != len(first_steps):
+                    return call
+                for (op, attrs, rest, const, side), (op0, attrs0, rest0, const0, side0) in zip(
+                        steps, first_steps):
+                    if not op.same_as(op0) or side != side0 or (const is None) != (
+                            const0 is None) or not tvm_ffi.structural_equal(attrs, attrs0) \
+                            or not tvm_ffi.structural_equal(rest, rest0):
+                        return call
+            weights = [conv.args[1].value.numpy() for conv, _ in branches]
+            channels = [w.shape[0] for w in weights]
+            out = self.builder_.emit(relax.Call(op_conv, [first_conv.args[0], relax.const(
+                np.concatenate(weights))], first_conv.attrs))
+            for index, (op, attrs, rest, const, const_first) in enumerate(first_steps):
+                if const is not None:
+                    consts = [steps[index][3] for _, steps in branches]
+                    axes = {per_channel(c, n) for c, n in zip(consts, channels)}
+                    if len(axes) != 1 or None in axes:
+                        return call  # the chains already emitted are dead code
+                    merged = relax.const(np.concatenate([c.value.numpy() for c in consts],
+                                                        axis=axes.pop()))
+                    args = [merged, out] if const_first else [out, merged]
+                else:
+                    args = [out] + rest
+                step = relax.Call(op, args, attrs)
+                out = step if index == len(first_steps) - 1 else self.builder_.emit(step)
+            return out
+
+    return _rewrite_pass(_Rewriter, "tvm_hetero.MergeConcatenatedConvs")
+
+
 # Output channels of a convolution are padded up to a multiple of this (the widest CPU vector,
 # 16 fp32 lanes) when that adds at most CHANNEL_PAD_WASTE of the work: kernels schedule
 # channels in whole vectors (SqueezeNet's 1000-class 1x1 convolution).
@@ -455,6 +593,7 @@ def prepare(mod, target=None):
         _simplify_stack_sum_pass(),
         relax.transform.CanonicalizeBindings(),  # aliases left by the rewrite block fusion
         relax.transform.FoldConstant(),
+        _merge_concatenated_convs_pass(),
         _pad_conv_channels_pass(),
         relax.transform.DeadCodeElimination(),
         _blocked_conv_layout_pass(),
