@@ -62,13 +62,15 @@ def _branches(variant: str):
     inits = [numpy_helper.from_array(rng.standard_normal(shape).astype("float32"), name)
              for name, shape in [("wa", (16, 8, 1, 1)), ("ba", (16,)),
                                  ("wb", (16, 8, second_kernel, second_kernel)), ("bb", (16,))]]
-    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["ca"]),
-             helper.make_node("Conv", ["x", "wb", "bb"], ["cb"],
-                              pads=[second_kernel // 2] * 4),
-             helper.make_node("Relu", ["ca"], ["ra"])]
-    joined = ["ra", "cb" if variant == "chains" else "rb"]
-    if variant != "chains":
+    plain = variant == "plain"  # neither bias nor activation: the convolutions alone
+    nodes = [helper.make_node("Conv", ["x", "wa"] + ([] if plain else ["ba"]), ["ca"]),
+             helper.make_node("Conv", ["x", "wb"] + ([] if plain else ["bb"]), ["cb"],
+                              pads=[second_kernel // 2] * 4)]
+    if not plain:
+        nodes.append(helper.make_node("Relu", ["ca"], ["ra"]))
+    if variant not in ("plain", "chains"):
         nodes.append(helper.make_node("Relu", ["cb"], ["rb"]))
+    joined = {"plain": ["ca", "cb"], "chains": ["ra", "cb"]}.get(variant, ["ra", "rb"])
     if variant == "shared":  # the first branch's output is read twice
         joined.append("ra")
     nodes.append(helper.make_node("Concat", joined, ["y"], axis=1))
@@ -95,6 +97,14 @@ def test_convolutions_joined_by_a_concat_merge_into_one(cpu_devices):
     for optimize in (True, False):
         compiled = th.build(model, "all:cpu", cpu_devices, optimize=optimize)
         assert max_relative_error(compiled.run(inputs), expected) < 1e-5
+    onnx_model = _branches("plain")
+    model = th.load_model(onnx_model, name="branches_plain")
+    (layer,) = th.extract_layers(model)
+    assert layer.op_kinds == ["conv2d"] and layer.outputs[0].shape == (1, 32, 8, 8)
+    expected = ort.InferenceSession(onnx_model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, inputs)
+    compiled = th.build(model, "all:cpu", cpu_devices)
+    assert max_relative_error(compiled.run(inputs), expected) < 1e-5
     # the zoo ResNet's two heads: the Concat is gone, one 32-channel 1x1 convolution
     layers = th.extract_layers(zoo("resnet"))
     assert not any("concatenate" in l.op_kinds for l in layers)

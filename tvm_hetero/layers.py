@@ -330,17 +330,26 @@ def _merge_concatenated_convs_pass():
                             or not tvm_ffi.structural_equal(rest, rest0):
                         return call
             weights = [conv.args[1].value.numpy() for conv, _ in branches]
+            if len({w.dtype for w in weights}) != 1:
+                return call
             channels = [w.shape[0] for w in weights]
-            out = self.builder_.emit(relax.Call(op_conv, [first_conv.args[0], relax.const(
-                np.concatenate(weights))], first_conv.attrs))
-            for index, (op, attrs, rest, const, const_first) in enumerate(first_steps):
-                if const is not None:
+            merged_consts = {}  # step index -> the branches' constants, concatenated
+            for index, step in enumerate(first_steps):
+                if step[3] is not None:
                     consts = [steps[index][3] for _, steps in branches]
                     axes = {per_channel(c, n) for c, n in zip(consts, channels)}
                     if len(axes) != 1 or None in axes:
-                        return call  # the chains already emitted are dead code
-                    merged = relax.const(np.concatenate([c.value.numpy() for c in consts],
-                                                        axis=axes.pop()))
+                        return call
+                    merged_consts[index] = relax.const(np.concatenate(
+                        [c.value.numpy() for c in consts], axis=axes.pop()))
+            out = relax.Call(op_conv, [first_conv.args[0], relax.const(np.concatenate(weights))],
+                             first_conv.attrs)
+            if not first_steps:
+                return out
+            out = self.builder_.emit(out)
+            for index, (op, attrs, rest, _, const_first) in enumerate(first_steps):
+                if index in merged_consts:
+                    merged = merged_consts[index]
                     args = [merged, out] if const_first else [out, merged]
                 else:
                     args = [out] + rest
@@ -558,7 +567,8 @@ def _legalize_conv2d(bb, call):
 def prepare(mod, target=None):
     """Lower a model's Relax module to its layered form.
 
-    Decomposes inference-only ops (and drops inference dropout), folds constants, pads the
+    Decomposes inference-only ops (and drops inference dropout), folds constants, merges
+    convolutions of one input whose outputs a Concat joins into one convolution, pads the
     output channels of convolutions with constant weights up to whole vectors where that costs
     at most 5 % more work (a ``strided_slice`` after the convolution keeps the model's output),
     converts the convolutions of models with enough convolution work to the blocked layout
