@@ -138,3 +138,43 @@ def test_kernels_tuned_before_newer_rules_are_compared_again_not_tuned_again(tun
     assert (copy / "database_tuning_record.json").read_text() == records  # no new trials
     kernels = json.loads((copy / CHOICES_FILE).read_text())["kernels"].values()
     assert all(choice["rules_version"] == RULES_VERSION for choice in kernels)
+
+
+def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path, monkeypatch):
+    import tvm_hetero.profiles as profiles
+    from tvm_hetero.optimize import tuning
+
+    path, _ = tuned_db
+    copy = _copy(path, tmp_path / "db")
+    (copy / CHOICES_FILE).unlink()  # compared again, from the records already there
+    # each kernel's timings as a machine that turns slow half-way would give them
+    slow_from = tuning.COMPARE_ROUNDS // 2
+    seen = []
+
+    def fake_time(lib, func, device, **_):
+        kind = "rule" if any(lib is rule_lib for rule_lib in rule_libs) else "tuned"
+        seen.append(kind)
+        rounds = (seen.count(kind) - 1) % tuning.COMPARE_ROUNDS  # this kernel's rounds
+        fast = {"rule": 2.0, "tuned": 1.0}[kind] - 0.01 * (rounds % slow_from)
+        return fast * (3.0 if rounds >= slow_from else 1.0)
+
+    rule_libs = []
+    real_kernel_for = profiles.kernel_for
+
+    def recording_kernel_for(*args, **kwargs):
+        lib, func = real_kernel_for(*args, **kwargs)
+        rule_libs.append(lib)
+        return lib, func
+
+    monkeypatch.setattr(profiles, "time_kernel", fake_time)
+    monkeypatch.setattr(profiles, "kernel_for", recording_kernel_for)
+    summary = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=12,
+                           database=str(copy))
+    tuned = [c for c in summary.choices if c.tuned_ms is not None]
+    assert tuned and summary.tuned == len(summary.choices)
+    per_kernel = ["rule", "tuned"] * tuning.COMPARE_ROUNDS
+    assert seen[:len(per_kernel)] == per_kernel  # alternately, not one after the other
+    lowest = 0.01 * (slow_from - 1)
+    for choice in tuned:  # the best of the fast rounds, never a slow one
+        assert math.isclose(choice.rule_ms, 2.0 - lowest)
+        assert math.isclose(choice.tuned_ms, 1.0 - lowest)
