@@ -480,3 +480,35 @@ def test_a_residual_add_goes_to_the_tiled_rule_where_it_gets_whole_vectors(cpu_d
     # tile of one channel vector loads 17 vectors per 16 multiply-adds)
     assert rules["fused_conv2d3_add2_relu1"] == "packed-weights"
     assert rules["fused_conv2d1_add_relu"] == "tiled"
+
+
+def _padded_convolutions(model, target):
+    """``{kernel: (rule, parallel loops)}`` of a model's convolutions that pad their input."""
+    import tvm
+
+    from tvm_hetero.layers import layered_module
+
+    found = {}
+    for gv, func in layered_module(model).functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc) and optimize.kernel_kind(func) == "conv2d" \
+                and "T.if_then_else(" in func.script():  # real padding, not a copy
+            scheduled, rule = optimize.optimize_function(func.with_attr("target", target),
+                                                         target)
+            found[gv.name_hint] = (rule, scheduled.script().count("T.parallel("))
+    return found
+
+
+def test_small_convolutions_pad_their_input_per_parallel_task(cpu_devices):
+    target = cpu_devices["cpu"].tvm_target()
+    # the zoo models' padded convolutions (tiled and packed-weights): one parallel loop,
+    # each task padding the rows it reads
+    for name in ("vgg", "resnet"):
+        found = _padded_convolutions(zoo(name), target)
+        assert {rule for rule, _ in found.values()} == {"tiled", "packed-weights"}
+        assert all(loops == 1 for _, loops in found.values()), found
+    # ResNet-50's blocked ones would pad 45-55 KB per task: padded first, in a loop of its own
+    found = _padded_convolutions(th.load_model(light_model("resnet50"), name="resnet50"),
+                                 target)
+    blocked = [loops for rule, loops in found.values() if rule == "blocked-nchwc"]
+    assert blocked and all(loops == 2 for loops in blocked)
+    assert [loops for rule, loops in found.values() if rule == "packed-weights"] == [1]

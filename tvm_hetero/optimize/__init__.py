@@ -33,9 +33,10 @@ FAMILIES = ("cpu", "cuda", "other")
 # the first with TVM's runtime on every CPU thread; 6 has pooling-rows,
 # 7 sends residual convolutions with whole tiled vectors to tiled, 8 sends every 1x1
 # stride-1 convolution to pixel-lanes-1x1, 9 has concat-copies, reduction-chains and
-# split-k-gemv, 10 blocked-nchwc and blocked pools): tuned-vs-rules comparisons stored in a
-# tuning database under another version are measured again.
-RULES_VERSION = 10
+# split-k-gemv, 10 blocked-nchwc and blocked pools, 11 pads small convolutions' input per
+# parallel task and compares tuned kernels in alternating rounds): tuned-vs-rules comparisons
+# stored in a tuning database under another version are measured again.
+RULES_VERSION = 11
 
 
 @dataclass(frozen=True)
