@@ -575,11 +575,11 @@ def _prologue_per_task(sch, block_rv, parallel_loop) -> bool:
     pads the input rows its own tile reads, in its own cache, in the same parallel region as
     the convolution. Computed first, in a parallel loop of its own, the padded input was
     written by one core and read by the other after a second thread-pool launch: the zoo
-    models' padded convolutions ran 2-20 % slower (vgg's 16 -> 32 3x3 at 16x16 16.9 -> 13.6
-    us) and up to 1.9x slower in this machine's slow spells. Redundant work: the window's
-    rows are padded once per task reading them (3 per row for a 3x3 window), a copy. False
-    (and nothing moved) when the block cannot move there or a task's padded input would
-    outgrow `PROLOGUE_PER_TASK_BYTES`."""
+    models' padded convolutions ran 2-20 % slower (the zoo ResNet's stride-2 16 -> 32 3x3:
+    16.9 against 13.6 us) and up to 1.9x slower in this machine's slow spells. Redundant
+    work: the window's rows are padded once per task reading them (3 per row for a 3x3
+    window), a copy. False (and nothing moved) when the block cannot move there or a task's
+    padded input would outgrow `PROLOGUE_PER_TASK_BYTES`."""
     from tvm import s_tir
 
     trial = sch.copy()
