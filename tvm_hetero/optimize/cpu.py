@@ -557,12 +557,17 @@ def _inline_identity_copies(sch, prologue) -> list:
     return left
 
 
+def _loops_under(sch, block_rv, loop) -> list:
+    """The loops of `block_rv` nested inside `loop` (one of its loops)."""
+    loops = sch.get_loops(block_rv)
+    return loops[[sch.get(lp).same_as(sch.get(loop)) for lp in loops].index(True) + 1:]
+
+
 def _epilogue_at(sch, last, tile_loop) -> list:
     """Compute the kernel's last block per register tile (under `tile_loop`); its loops inside
     the tile."""
     sch.reverse_compute_at(last, tile_loop)
-    loops = sch.get_loops(last)
-    return loops[[sch.get(lp).same_as(sch.get(tile_loop)) for lp in loops].index(True) + 1:]
+    return _loops_under(sch, last, tile_loop)
 
 
 # A task's padded input rows (all channels) at most this many bytes, for padding per task: the
@@ -587,11 +592,9 @@ def _prologue_per_task(sch, block_rv, parallel_loop) -> bool:
         trial.compute_at(block_rv, parallel_loop)
     except s_tir.ScheduleError:
         return False
-    loops = trial.get_loops(block_rv)
-    inside = loops[[trial.get(lp).same_as(trial.get(parallel_loop)) for lp in loops]
-                   .index(True) + 1:]
     dtype_bytes = sch.get(block_rv).writes[0].source.dtype.bits // 8
-    if _iterations(trial, inside) * dtype_bytes > PROLOGUE_PER_TASK_BYTES:
+    if _iterations(trial, _loops_under(trial, block_rv, parallel_loop)) * dtype_bytes \
+            > PROLOGUE_PER_TASK_BYTES:
         return False
     sch.compute_at(block_rv, parallel_loop)
     return True
