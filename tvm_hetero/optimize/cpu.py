@@ -332,9 +332,10 @@ def tiled_reduction(func, target, rows: int = TILE_ROWS, lanes: int = TILE_LANES
     (unrolled), lanes (vectorized)``, so the innermost statement is one vector load of the
     input, one broadcast of a weight and one fused multiply-add per row. The epilogue
     (bias, batch norm, activation, residual add) is inlined into one block computed per tile
-    right after it, while the tile is still in cache; padding and other prologue blocks are
-    computed first, in parallel. Tile sizes are the largest divisors of the extents up to
-    `rows` and `lanes`, so no tile has a ragged edge. A matrix-vector product with the
+    right after it, while the tile is still in cache; a convolution's padding is computed
+    per parallel task (`_prologue_per_task`), other prologue blocks first, in parallel. Tile
+    sizes are the largest divisors of the extents up to `rows` and `lanes`, so no tile has a
+    ragged edge. A matrix-vector product with the
     weight laid out ``[reduction, output]`` (one spatial axis) gets ``4 * lanes`` lanes and
     no rows: it streams the weight row by row.
 
@@ -611,8 +612,9 @@ def packed_conv2d(func, target):
     fused multiply-adds, whatever the stride or the width (``w`` divides it); the
     accumulators live in a tile-local buffer and the epilogue (bias, batch norm, activation,
     residual add) writes the tile out. Identity padding is inlined; real padding is computed
-    first, in parallel. Returns None for other kernels (grouped or depthwise convolutions,
-    channel counts that are not a multiple of the lanes, non-float32).
+    per parallel task (`_prologue_per_task`), or first, in parallel. Returns None for other
+    kernels (grouped or depthwise convolutions, channel counts that are not a multiple of the
+    lanes, non-float32).
     """
     from tvm import s_tir
 
@@ -681,8 +683,9 @@ def blocked_conv2d(func, target):
     the block's lanes, accumulates over the whole reduction (per step ``v`` contiguous weight
     vectors, ``w`` broadcast inputs, ``v * w`` fused multiply-adds); the epilogue writes the
     tile out as whole contiguous vectors (onnxruntime's NCHWc kernels do the same). Identity
-    padding is inlined; real padding is computed first, in parallel. Returns None for other
-    kernels (other layouts, blocks that are not one vector of the target).
+    padding is inlined; real padding is computed per parallel task (`_prologue_per_task`), or
+    first, in parallel. Returns None for other kernels (other layouts, blocks that are not one
+    vector of the target).
     """
     from tvm import s_tir
 
