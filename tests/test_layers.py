@@ -325,3 +325,7 @@ def test_a_convolution_layout_without_a_lowering_is_a_model_error():
     weight = np.ones((32, 16, 3, 3), "float32")
     with pytest.raises(th.ModelError, match="layouts NCHW8c/OIHW8i8o/NCHW .* not supported"):
         th.extract_layers(_conv_module("NCHW8c", weight, out_layout="NCHW"))
+    # an NCHW convolution writing NHWC: TVM legalizes nothing for it; said at preparation, not
+    # later as a module that is not layered
+    with pytest.raises(th.ModelError, match="cannot lower relax.nn.conv2d to TIR"):
+        th.extract_layers(_conv_module("NCHW", weight, out_layout="NHWC"))

@@ -621,6 +621,10 @@ def prepare(mod, target=None):
                     and "Primitive" in func.attrs}
         mod = relax.transform.FuseTIR()(mod)
         mod = relax.transform.DeadCodeElimination()(mod)
+    left = _unlowered_calls(mod)
+    if left:  # TVM legalized nothing for them (a layout it has no lowering for, say)
+        raise ModelError(f"cannot lower {', '.join(sorted(set(left)))} to TIR kernels with "
+                         "TVM's legalization (unsupported attributes or layout)")
     for gv, func in list(mod.functions_items()):
         if isinstance(func, tvm.tirx.PrimFunc):
             kinds = op_kinds.get(gv.name_hint) or [_op_name(gv.name_hint)]
@@ -673,20 +677,27 @@ def main_bindings(mod):
     return [b for block in main.body.blocks for b in block.bindings]
 
 
-def is_layered(mod) -> bool:
-    """Whether every op call in ``main`` is a ``call_tir`` (or structural): i.e. prepared."""
+def _unlowered_calls(mod) -> list[str]:
+    """The calls in ``main`` that are neither a ``call_tir`` nor structural: op names, or the
+    names of (not yet fused into TIR) Relax functions."""
     import tvm
     from tvm import relax
 
     call_tir = tvm.ir.Op.get("relax.call_tir")
+    found = []
     for binding in main_bindings(mod):
         value = binding.value
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
             if not value.op.same_as(call_tir) and value.op.name not in _STRUCTURAL_OPS:
-                return False
+                found.append(value.op.name)
         elif isinstance(value, relax.Call):
-            return False  # a call of a (not yet fused into TIR) Relax function
-    return True
+            found.append(getattr(value.op, "name_hint", str(value.op)))
+    return found
+
+
+def is_layered(mod) -> bool:
+    """Whether every op call in ``main`` is a ``call_tir`` (or structural): i.e. prepared."""
+    return not _unlowered_calls(mod)
 
 
 def _tensor_infos(ty) -> list[TensorInfo]:
