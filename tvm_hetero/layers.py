@@ -446,7 +446,11 @@ def _blocked_conv_layout_pass():
                     and getattr(binding.value.op, "name", "") == "relax.nn.conv2d")
         if flops == 0:
             return mod
-        if flops < NCHWC_MIN_MODEL_FLOPS:
+        winograd = any(_winograd_nchw_call(binding.value) for binding in main_bindings(mod)
+                       if isinstance(binding.value, relax.Call)
+                       and getattr(binding.value.op, "name", "") == "relax.nn.conv2d"
+                       and isinstance(binding.value.args[1], tvm.ir.GenericConst))
+        if flops < NCHWC_MIN_MODEL_FLOPS and not winograd:
             logger.info("convolutions stay NCHW: %.0f MFLOP of them, the blocked layout pays "
                         "from %.0f", flops / 1e6, NCHWC_MIN_MODEL_FLOPS / 1e6)
             return mod
@@ -516,6 +520,148 @@ def _fold_constant_layouts_pass():
     return _rewrite_pass(_Rewriter, "tvm_hetero.FoldConstantLayouts")
 
 
+# Winograd F(4x4, 3x3) (Lavin and Gray, 2016): a 3x3 stride-1 convolution computes each 4x4
+# output tile from a 6x6 input tile with 36 products per channel pair instead of 144; the
+# weights are transformed once, at preparation, the data and the output per call (work that
+# grows with the channels, the products' with their square). Only in the blocked layout (each
+# transform a contiguous channel vector) and with constant weights. Where the output has fewer
+# tiles than WINOGRAD_MIN_TILES, or the transformed weights (36 x C x K floats, 4x the
+# original) exceed WINOGRAD_MAX_WEIGHT_BYTES, streaming them costs more than the products
+# saved (ResNet-50's 7x7 layers ran 4x slower).
+WINOGRAD_TILE = 4
+WINOGRAD_MIN_TILES = 16
+WINOGRAD_MAX_WEIGHT_BYTES = 1 << 20
+
+
+def _winograd_matrices(tile: int):
+    """``(A^T, B^T, G)`` of Winograd F(tile, 3), from TVM's Cook-Toom construction (its
+    interpolation points 0, -1, 1, 1/2, -2, ...)."""
+    from tvm.topi.nn import winograd_util
+
+    a, b, g = winograd_util._cook_toom_convolution(
+        winograd_util._interpolation_points(tile + 1), tile, 3)
+    return a.T.astype(np.float64), b.T.astype(np.float64), g.astype(np.float64)
+
+
+def _winograd_fits(batch, in_channels, out_channels, out_h, out_w, window, strides, padding,
+                   dilation, groups) -> bool:
+    """Whether a float32 convolution (any layout) runs as Winograd F(4x4, 3x3)."""
+    tile = WINOGRAD_TILE
+    tiles = -(-out_h // tile) * -(-out_w // tile)
+    return (batch == 1 and groups == 1 and tuple(window) == (3, 3) and tuple(strides) == (1, 1)
+            and tuple(dilation) == (1, 1) and tuple(padding) == (1, 1, 1, 1)
+            and in_channels % CHANNEL_LANES == 0 and out_channels % CHANNEL_LANES == 0
+            and tiles >= WINOGRAD_MIN_TILES
+            and (tile + 2) ** 2 * in_channels * out_channels * 4 <= WINOGRAD_MAX_WEIGHT_BYTES)
+
+
+def _winograd_nchw_call(call) -> bool:
+    """Whether a Relax NCHW/OIHW ``conv2d`` call would run as Winograd once blocked."""
+    attrs, out, weight = call.attrs, call.ty, call.args[1].ty
+    if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" \
+            or str(attrs.out_layout) != "NCHW" or out.shape is None or weight.shape is None \
+            or str(weight.dtype) != "float32":
+        return False
+    try:
+        n, k, h, w = (int(v) for v in out.shape)
+        _, c, kh, kw = (int(v) for v in weight.shape)
+    except TypeError:  # symbolic dimensions
+        return False
+    return _winograd_fits(n, c, k, h, w, (kh, kw), [int(v) for v in attrs.strides],
+                          [int(v) for v in attrs.padding], [int(v) for v in attrs.dilation],
+                          int(attrs.groups))
+
+
+def _winograd_weight(weight: np.ndarray, tile: int = WINOGRAD_TILE) -> np.ndarray:
+    """``OIHW[x]i[y]o`` 3x3 weights -> ``U[alpha, alpha, C, K] = G w G^T`` (float64 inside)."""
+    out_blocks, in_blocks, kh, kw, in_lanes, out_lanes = weight.shape
+    oihw = weight.transpose(0, 5, 1, 4, 2, 3).reshape(out_blocks * out_lanes,
+                                                      in_blocks * in_lanes, kh, kw)
+    _, _, g = _winograd_matrices(tile)
+    return np.ascontiguousarray(
+        np.einsum("ea,kcab,nb->enck", g, oihw.astype(np.float64), g).astype(np.float32))
+
+
+def _linear_combination(coefficients, terms):
+    """``sum(c * t)`` over the nonzero coefficients, without multiplying by 1 or -1."""
+    from tvm import tirx
+
+    total = None
+    for coefficient, term in zip(coefficients, terms):
+        if coefficient == 0:
+            continue
+        value = term if coefficient == 1 else (-term if coefficient == -1 else
+                                               term * tirx.const(float(coefficient), "float32"))
+        total = value if total is None else total + value
+    return tirx.const(0.0, "float32") if total is None else total
+
+
+def _by_index(index, expressions):
+    """The expression for each value of `index` (a loop unrolled by the schedule folds it)."""
+    from tvm import tirx
+
+    chosen = expressions[-1]
+    for value in range(len(expressions) - 2, -1, -1):
+        chosen = tirx.Select(index == value, expressions[value], chosen)
+    return chosen
+
+
+def _conv2d_winograd_blocked(data, transformed, tile: int = WINOGRAD_TILE):
+    """TE compute of a 3x3 stride-1 padding-1 convolution of NCHW[x]c data (batch 1) by
+    Winograd F(tile, 3) with pre-transformed weights ``transformed[alpha, alpha, C, K]``
+    (:func:`_winograd_weight`). Per output tile row ``r`` and column ``t``: the padded input
+    (``winograd_pad[y, x, c]``), its rows then columns transformed (``winograd_rows``,
+    ``winograd_data``), the 36 channel products (``winograd_gemm``), the inverse transform
+    (``winograd_inverse_rows``, ``winograd_inverse``) and the tiles written back as NCHW[x]c
+    (``winograd_out``). The transforms are written out per row of the constant matrices, so
+    the schedule's unrolling leaves only their nonzero terms."""
+    from tvm import te, tirx
+
+    _, _, height, width, lanes = (int(v) for v in data.shape)
+    alpha, _, channels, out_channels = (int(v) for v in transformed.shape)
+    a_t, b_t, _ = _winograd_matrices(tile)
+    rows, cols = -(-height // tile), -(-width // tile)
+    zero = tirx.const(0.0, "float32")
+    padded = te.compute(
+        (rows * tile + 2, cols * tile + 2, channels),
+        lambda y, x, c: tirx.if_then_else(
+            tirx.all(y >= 1, y <= height, x >= 1, x <= width),
+            data[0, c // lanes, y - 1, x - 1, c % lanes], zero),
+        name="winograd_pad")
+    by_rows = te.compute(
+        (rows, cols, alpha, alpha, channels),
+        lambda r, t, e, b, c: _by_index(e, [_linear_combination(
+            b_t[i], [padded[r * tile + a, t * tile + b, c] for a in range(alpha)])
+            for i in range(alpha)]),
+        name="winograd_rows")
+    transformed_data = te.compute(
+        (rows, cols, alpha, alpha, channels),
+        lambda r, t, e, n, c: _by_index(n, [_linear_combination(
+            b_t[i], [by_rows[r, t, e, b, c] for b in range(alpha)]) for i in range(alpha)]),
+        name="winograd_data")
+    rc = te.reduce_axis((0, channels), "rc")
+    products = te.compute(
+        (rows, cols, alpha, alpha, out_channels),
+        lambda r, t, e, n, k: te.sum(transformed_data[r, t, e, n, rc] * transformed[e, n, rc, k],
+                                     axis=[rc]),
+        name="winograd_gemm")
+    inverse_rows = te.compute(
+        (rows, cols, tile, alpha, out_channels),
+        lambda r, t, i, n, k: _by_index(i, [_linear_combination(
+            a_t[j], [products[r, t, e, n, k] for e in range(alpha)]) for j in range(tile)]),
+        name="winograd_inverse_rows")
+    inverse = te.compute(
+        (rows, cols, tile, tile, out_channels),
+        lambda r, t, i, j, k: _by_index(j, [_linear_combination(
+            a_t[q], [inverse_rows[r, t, i, n, k] for n in range(alpha)]) for q in range(tile)]),
+        name="winograd_inverse")
+    return te.compute(
+        (1, out_channels // lanes, height, width, lanes),
+        lambda b, f, y, x, lane: inverse[y // tile, x // tile, y % tile, x % tile,
+                                         f * lanes + lane],
+        name="winograd_out")
+
+
 def _conv2d_blocked(data, weight, strides, padding, dilation):
     """TE compute of a convolution in NCHW[x]c with an OIHW[x]i[y]o weight, its reduction over
     input channel blocks, window rows, columns, then lanes (TOPI's ``conv2d_NCHWc`` fuses the
@@ -547,6 +693,8 @@ def _legalize_conv2d(bb, call):
     """Blocked-layout convolutions (``NCHW[x]c`` data and output, ``OIHW[x]i[y]o`` weight: TVM's
     legalization leaves them as they are) to :func:`_conv2d_blocked`; the others to TVM's
     own."""
+    import tvm
+    from tvm import relax
     from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
     attrs = call.attrs
@@ -560,6 +708,20 @@ def _legalize_conv2d(bb, call):
             and kernel_block.group(1) == data_block.group(1)):
         raise ModelError(f"conv2d with layouts {data}/{kernel}/{out} (groups {attrs.groups}) "
                          f"is not supported: NCHW, NHWC or NCHW[x]c with OIHW[x]i[y]o")
+    weight = call.args[1]
+    if isinstance(weight, relax.Var):  # the blocked weight, folded and bound to a variable
+        weight = bb.lookup_binding(weight)
+    if isinstance(weight, tvm.ir.GenericConst) and str(weight.ty.dtype) == "float32":
+        _, in_blocks, _, _, lanes = (int(v) for v in call.args[0].ty.shape)
+        batch, out_blocks, out_h, out_w, _ = (int(v) for v in call.ty.shape)
+        window = [int(v) for v in weight.ty.shape][2:4]
+        if lanes == CHANNEL_LANES and _winograd_fits(
+                batch, in_blocks * lanes, out_blocks * lanes, out_h, out_w, window,
+                [int(v) for v in attrs.strides], [int(v) for v in attrs.padding],
+                [int(v) for v in attrs.dilation], int(attrs.groups)):
+            transformed = relax.const(_winograd_weight(weight.value.numpy()))
+            return bb.call_te(_conv2d_winograd_blocked, call.args[0], transformed,
+                              primfunc_name_hint="conv2d")
     return bb.call_te(_conv2d_blocked, call.args[0], call.args[1], attrs.strides, attrs.padding,
                       attrs.dilation, primfunc_name_hint="conv2d")
 

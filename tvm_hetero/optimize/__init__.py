@@ -24,7 +24,7 @@ from typing import Callable
 from ..layers import LAYER_KINDS, OP_KINDS_ATTR, kernel_kind
 from .cpu import (PACKED_WEIGHTS_ATTR, blocked_conv2d, concat_copies, packed_conv2d,
                   parallel_loops, pixel_lanes_1x1, pooling_rows, reduction_chains,
-                  split_k_gemv, tiled_reduction)
+                  split_k_gemv, tiled_reduction, winograd_conv2d)
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ FAMILIES = ("cpu", "cuda", "other")
 # split-k-gemv, 10 blocked-nchwc and blocked pools, 11 pads small convolutions' input per
 # parallel task and compares tuned kernels in alternating rounds): tuned-vs-rules comparisons
 # stored in a tuning database under another version are measured again.
-RULES_VERSION = 11
+RULES_VERSION = 12
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,10 @@ PACKED = Rule("packed-weights", "vector lanes along output channels, the weight 
 BLOCKED = Rule("blocked-nchwc", "convolutions in the blocked layout NCHW16c: register tiles "
                 "of channel blocks x output columns, each a contiguous vector; epilogue per "
                 "tile", blocked_conv2d)
+WINOGRAD = Rule("winograd", "3x3 stride-1 convolutions as Winograd F(4x4, 3x3) in NCHW16c "
+                 "(chosen at preparation): one parallel task per row of output tiles computes "
+                 "its input transform, the channel products in register tiles, the inverse "
+                 "transform and the epilogue", winograd_conv2d)
 PIXEL_LANES = Rule("pixel-lanes-1x1", "1x1 stride-1 convolutions: a matrix product with "
                     "vector lanes along the pixels (contiguous output and residual); register "
                     "tiles of channels x pixel vectors", pixel_lanes_1x1)
@@ -109,7 +113,7 @@ def _defaults() -> None:
         _TABLE[("cpu", kind)] = [PARALLEL]
         _TABLE[("cuda", kind)] = _gpu_rules()
         _TABLE[("other", kind)] = _gpu_rules()
-    _TABLE[("cpu", "conv2d")] = [BLOCKED, PIXEL_LANES, PACKED, TILED, PARALLEL]
+    _TABLE[("cpu", "conv2d")] = [WINOGRAD, BLOCKED, PIXEL_LANES, PACKED, TILED, PARALLEL]
     _TABLE[("cpu", "matmul")] = [SPLIT_K_GEMV, TILED, CPU_GEMV, PARALLEL]
     _TABLE[("cpu", "pooling")] = [POOLING_ROWS, REDUCTION_CHAINS, PARALLEL]
     _TABLE[("cpu", "reduction")] = [REDUCTION_CHAINS, PARALLEL, CPU_REDUCTION]
