@@ -33,6 +33,25 @@ def zoo(name):
     return _MODELS[name]
 
 
+_DIRECT_MODELS = {}
+
+
+def zoo_direct(name):
+    """A zoo model prepared without Winograd: its 3x3 convolutions stay direct and NCHW (the
+    direct rules' tests)."""
+    from tvm_hetero import layers
+
+    if name not in _DIRECT_MODELS:
+        model = th.load_model(f"zoo:{name}")
+        saved, layers.WINOGRAD_MAX_WEIGHT_BYTES = layers.WINOGRAD_MAX_WEIGHT_BYTES, 0
+        try:
+            layers.layered_module(model)
+        finally:
+            layers.WINOGRAD_MAX_WEIGHT_BYTES = saved
+        _DIRECT_MODELS[name] = model
+    return _DIRECT_MODELS[name]
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)

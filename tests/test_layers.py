@@ -8,11 +8,11 @@ import tvm_hetero as th
 from tvm_hetero.layers import LAYER_KINDS, is_layered, prepare
 from tvm_hetero.testing import light_model_path
 
-from conftest import conv_chain, zoo
+from conftest import conv_chain, zoo, zoo_direct
 
 
 def test_a_fused_group_is_one_layer():
-    layers = th.extract_layers(zoo("cnn").mod)
+    layers = th.extract_layers(zoo_direct("cnn"))
     assert [(l.name, l.op_kinds) for l in layers] == [
         ("conv2d_0", ["conv2d", "add", "relu"]),  # conv + bias + relu: one layer, not three
         ("max_pool2d_0", ["max_pool2d"]),
@@ -42,9 +42,11 @@ def test_layer_configuration_numbers():
 
 def test_residual_and_concat_form_a_dag():
     layers = {l.name: l for l in th.extract_layers(zoo("resnet").mod)}
-    # the first residual block: conv2d_2 adds the block input (conv2d_0's output) to its own
+    # the first residual block: conv2d_2 adds the block input (conv2d_0's output, in the
+    # blocked layout) to its own
     assert layers["conv2d_2"].op_kinds == ["conv2d", "add", "add", "relu"]
-    assert set(layers["conv2d_2"].predecessors) == {"conv2d_1", "conv2d_0"}
+    assert set(layers["conv2d_2"].predecessors) == {"conv2d_1", "te_layout_transform_0"}
+    assert layers["te_layout_transform_0"].predecessors == ["conv2d_0"]
     # the two 1x1 branches joined by Concat are one convolution (see the test below)
     assert layers["conv2d_8"].predecessors == ["conv2d_7"]
     assert layers["mean_0"].predecessors == ["conv2d_8"]
@@ -106,10 +108,10 @@ def test_convolutions_joined_by_a_concat_merge_into_one(cpu_devices):
     compiled = th.build(model, "all:cpu", cpu_devices)
     assert max_relative_error(compiled.run(inputs), expected) < 1e-5
     # the zoo ResNet's two heads: the Concat is gone, one 32-channel 1x1 convolution
-    layers = th.extract_layers(zoo("resnet"))
-    assert not any("concatenate" in l.op_kinds for l in layers)
-    assert layers[-4].op_kinds == ["conv2d", "add", "relu"]
-    assert layers[-4].outputs[0].shape == (1, 32, 16, 16)
+    layers = {l.name: l for l in th.extract_layers(zoo("resnet"))}
+    assert not any("concatenate" in l.op_kinds for l in layers.values())
+    assert layers["conv2d_8"].op_kinds == ["conv2d", "add", "relu"]
+    assert layers["conv2d_8"].outputs[0].shape == (1, 2, 16, 16, 16)  # 32 channels, blocked
 
 
 @pytest.mark.parametrize("variant", ["kernels", "chains", "shared"])
@@ -224,7 +226,9 @@ def test_wide_convolutions_run_in_the_blocked_layout_and_match_onnxruntime(cpu_d
     # the folded blocked weight, the residual blocked like the activations
     assert layers[2].param_bytes == 4 * (128 * 64 + 128 * 28 * 28)
     compiled = th.build(model, "all:cpu", cpu_devices)
-    assert [compiled.stats.rules[l.func_name] for l in layers[1:3]] == ["blocked-nchwc"] * 2
+    # the 3x3 one as Winograd (see the test below), the strided 1x1 one direct
+    assert [compiled.stats.rules[l.func_name] for l in layers[1:3]] == ["winograd",
+                                                                       "blocked-nchwc"]
     inputs = model.random_inputs(seed=2)
     expected = ort.InferenceSession(onnx_model.SerializeToString(),
                                     providers=["CPUExecutionProvider"]).run(None, inputs)
@@ -235,10 +239,11 @@ def test_wide_convolutions_run_in_the_blocked_layout_and_match_onnxruntime(cpu_d
 
 def test_a_model_with_little_convolution_work_stays_nchw(caplog):
     with caplog.at_level("INFO", logger="tvm_hetero.layers"):
-        small = th.extract_layers(th.load_model(conv_chain(64, 16), name="conv_chain_16"))
-    assert [l.kind for l in small] == ["conv2d", "conv2d"]  # 20 MFLOP
+        small = th.extract_layers(th.load_model(conv_chain(64, 12), name="conv_chain_12"))
+    # 11 MFLOP, and a 12x12 output has too few 4x4 tiles for Winograd
+    assert [l.kind for l in small] == ["conv2d", "conv2d"]
     assert all(len(l.outputs[0].shape) == 4 for l in small)
-    assert any("convolutions stay NCHW: 20 MFLOP of them" in r.message for r in caplog.records)
+    assert any("convolutions stay NCHW: 11 MFLOP of them" in r.message for r in caplog.records)
     # nor, in a model with the work, do channels that are not whole vectors (273 MFLOP)
     ragged = th.extract_layers(th.load_model(conv_chain(24, 160), name="conv_chain_24"))
     assert all(len(l.outputs[0].shape) == 4 for l in ragged if l.kind == "conv2d")
@@ -329,3 +334,49 @@ def test_a_convolution_layout_without_a_lowering_is_a_model_error():
     # later as a module that is not layered
     with pytest.raises(th.ModelError, match="cannot lower relax.nn.conv2d to TIR"):
         th.extract_layers(_conv_module("NCHW", weight, out_layout="NHWC"))
+
+
+def test_3x3_convolutions_run_as_winograd_and_match_onnxruntime(cpu_devices):
+    import onnxruntime as ort
+
+    from tvm_hetero.layers import layered_module
+    from tvm_hetero.optimize.cpu import is_winograd
+    from tvm_hetero.testing import max_relative_error
+
+    model = zoo("vgg")
+    mod = layered_module(model)
+    convs = [l for l in th.extract_layers(model) if l.kind == "conv2d"]
+    # the RGB convolution stays direct and NCHW (3 channels are no vector); the 16- and
+    # 32-channel ones are Winograd, blocked, with no layout change between them
+    assert [is_winograd(mod[l.func_name]) for l in convs] == [False, True, True, True]
+    assert [l.outputs[0].shape for l in convs] == [
+        (1, 16, 32, 32), (1, 1, 32, 32, 16), (1, 2, 16, 16, 16), (1, 2, 16, 16, 16)]
+    # their parameters: the transformed weights, 6 x 6 x C x K floats, and the bias
+    assert [l.param_bytes for l in convs[1:]] == [
+        4 * (36 * 16 * 16 + 16), 4 * (36 * 16 * 32 + 32), 4 * (36 * 32 * 32 + 32)]
+    inputs = model.random_inputs(seed=4)
+    expected = ort.InferenceSession(th.zoo_model("vgg").SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, inputs)
+    for optimize in (True, False):
+        compiled = th.build(model, "all:cpu", cpu_devices, optimize=optimize)
+        assert max_relative_error(compiled.run(inputs), expected) < 1e-5
+    compiled = th.build(model, "all:cpu", cpu_devices)
+    assert [compiled.stats.rules[l.func_name] for l in convs] == ["tiled"] + ["winograd"] * 3
+
+
+def test_winograd_takes_3x3_stride_1_convolutions_with_enough_tiles_and_small_weights():
+    from tvm_hetero.layers import _winograd_fits
+
+    fits = dict(batch=1, in_channels=32, out_channels=32, out_h=16, out_w=16, window=(3, 3),
+                strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+    assert _winograd_fits(**fits)
+    for change in [{"window": (1, 1)}, {"window": (5, 5)}, {"strides": (2, 2)},
+                   {"dilation": (2, 2)}, {"groups": 2}, {"padding": (0, 0, 0, 0)},
+                   {"batch": 2}, {"in_channels": 24},  # not whole vectors
+                   {"out_h": 12, "out_w": 12},  # 9 tiles of 4x4
+                   {"in_channels": 128, "out_channels": 64}]:  # 36 x 128 x 64 floats: 1.2 MB
+        assert not _winograd_fits(**{**fits, **change}), change
+    # a 16x16 64-channel one fits: in a model with little convolution work, it goes blocked
+    layers = th.extract_layers(th.load_model(conv_chain(64, 16), name="conv_chain_16"))
+    assert [l.kind for l in layers] == ["elementwise", "conv2d", "conv2d", "elementwise"]
+    assert layers[1].param_bytes == 4 * (36 * 64 * 64 + 64)

@@ -10,7 +10,7 @@ from tvm_hetero import optimize
 from tvm_hetero.layers import LAYER_KINDS
 from tvm_hetero.testing import light_model, max_relative_error, random_placement
 
-from conftest import zoo
+from conftest import zoo, zoo_direct
 
 
 @pytest.fixture(autouse=True)
@@ -50,8 +50,8 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
     assert {(f, k) for f, k, _ in rows} == {(f, k) for f in optimize.FAMILIES
                                            for k in LAYER_KINDS}
     by_pair = dict(((f, k), names) for f, k, names in rows)
-    assert by_pair[("cpu", "conv2d")] == ["blocked-nchwc", "pixel-lanes-1x1", "packed-weights",
-                                         "tiled", "parallel-loops"]
+    assert by_pair[("cpu", "conv2d")] == ["winograd", "blocked-nchwc", "pixel-lanes-1x1",
+                                         "packed-weights", "tiled", "parallel-loops"]
     assert by_pair[("cpu", "matmul")] == ["split-k-gemv", "tiled", "dlight.cpu.GEMV",
                                          "parallel-loops"]
     assert by_pair[("cpu", "pooling")] == ["pooling-rows", "reduction-chains",
@@ -206,7 +206,7 @@ def test_tiled_declines_a_weight_it_would_gather():
 
 
 def test_weights_lifted_to_a_second_device_are_packed_once_when_the_model_loads(cpu_devices):
-    model = zoo("resnet")
+    model = zoo_direct("resnet")
     layers = th.extract_layers(model)
     # the convolutions on the second device: their weights are lifted into hetero_weights()
     placement = th.Placement({layer.name: "cpu-generic" if "conv2d" in layer.op_kinds else "cpu"
@@ -256,8 +256,14 @@ def test_resnet50s_blocked_convolutions_take_the_blocked_rule(cpu_devices):
     rules = th.build(model, "all:cpu", cpu_devices).stats.rules
     blocked = {layer.func_name for layer in layers if layer.kind == "conv2d"
                and len(layer.outputs[0].shape) == 5}
-    assert {name for name, rule in rules.items() if rule == "blocked-nchwc"} == blocked
     assert len(blocked) == 23  # 52 calls: every convolution but the RGB one
+    # the 3x3 ones at 56x56 (64 channels) are Winograd; the deeper 3x3 ones have too few
+    # tiles for their weights (see tests/test_layers.py)
+    winograd = {name for name in blocked if rules[name] == "winograd"}
+    assert [layer.outputs[0].shape for layer in layers if layer.func_name in winograd] \
+        == [(1, 4, 56, 56, 16)] * 3
+    assert {name for name, rule in rules.items() if rule == "blocked-nchwc"} \
+        == blocked - winograd
     convs = {layer.func_name for layer in layers if layer.kind == "conv2d"}
     assert [rules[name] for name in convs - blocked] == ["packed-weights"]
     # one transform into the layout (read by both branches of the first block), one out
@@ -472,7 +478,7 @@ def test_parallel_loops_keeps_the_innermost_loop_of_an_elementwise_kernel_apart(
 
 
 def test_a_residual_add_goes_to_the_tiled_rule_where_it_gets_whole_vectors(cpu_devices):
-    rules = th.build(zoo("resnet"), "all:cpu", cpu_devices).stats.rules
+    rules = th.build(zoo_direct("resnet"), "all:cpu", cpu_devices).stats.rules
     # the same 3x3 convolutions (32 and 16 columns), with and without the residual add
     assert rules["fused_conv2d1_add_add1_relu"] == rules["fused_conv2d3_add2_add3_relu1"] \
         == "tiled"
@@ -500,11 +506,16 @@ def _padded_convolutions(model, target):
 
 def test_small_convolutions_pad_their_input_per_parallel_task(cpu_devices):
     target = cpu_devices["cpu"].tvm_target()
-    # the zoo models' padded convolutions (tiled and packed-weights): one parallel loop,
-    # each task padding the rows it reads
+    # the zoo models' padded direct convolutions (tiled and packed-weights) and their
+    # Winograd ones: one parallel loop, each task padding the rows it reads
     for name in ("vgg", "resnet"):
-        found = _padded_convolutions(zoo(name), target)
+        found = _padded_convolutions(zoo_direct(name), target)
         assert {rule for rule, _ in found.values()} == {"tiled", "packed-weights"}
+        assert all(loops == 1 for _, loops in found.values()), found
+        found = _padded_convolutions(zoo(name), target)
+        # (the zoo ResNet's strided 3x3 one is blocked, and small enough to pad per task)
+        assert {rule for rule, _ in found.values()} == {
+            "vgg": {"tiled", "winograd"}, "resnet": {"tiled", "winograd", "blocked-nchwc"}}[name]
         assert all(loops == 1 for _, loops in found.values()), found
     # ResNet-50's blocked ones would pad 45-55 KB per task: padded first, in a loop of its own
     found = _padded_convolutions(th.load_model(light_model("resnet50"), name="resnet50"),
@@ -512,3 +523,29 @@ def test_small_convolutions_pad_their_input_per_parallel_task(cpu_devices):
     blocked = [loops for rule, loops in found.values() if rule == "blocked-nchwc"]
     assert blocked and all(loops == 2 for loops in blocked)
     assert [loops for rule, loops in found.values() if rule == "packed-weights"] == [1]
+
+
+def test_a_winograd_kernel_is_one_parallel_loop_with_its_epilogue_inlined(cpu_devices):
+    import tvm
+
+    from tvm_hetero.layers import layered_module
+    from tvm_hetero.optimize.cpu import is_winograd, winograd_conv2d
+
+    target = cpu_devices["cpu"].tvm_target()
+    mod = layered_module(zoo("resnet"))
+    kernels = {gv.name_hint: func for gv, func in mod.functions_items()
+               if isinstance(func, tvm.tirx.PrimFunc) and is_winograd(func)}
+    # the 3x3 stride-1 convolutions, two with a residual add
+    assert sorted(kernels) == ["fused_conv2d1_add1_add2_relu1", "fused_conv2d1_add1_relu1",
+                               "fused_conv2d3_add3_add4_relu2", "fused_conv2d3_add3_relu2"]
+    for func in kernels.values():
+        scheduled, rule = optimize.optimize_function(func.with_attr("target", target), target)
+        assert rule == "winograd"
+        text = scheduled.script()
+        assert text.count("T.parallel(") == 1  # one task per row of output tiles
+        # the bias, residual and relu written with the output, not blocks of their own
+        assert not re.search(r'T\.sblock\("T_(add|relu)', text)
+        assert re.search(r"T\.vectorized\((T\.int64\()?16", text)
+    # a direct convolution is not the rule's
+    direct = mod["fused_conv2d2_add3_relu2"]
+    assert not is_winograd(direct) and winograd_conv2d(direct, target) is None

@@ -178,3 +178,26 @@ def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path
     for choice in tuned:  # the best of the fast rounds, never a slow one
         assert math.isclose(choice.rule_ms, 2.0 - lowest)
         assert math.isclose(choice.tuned_ms, 1.0 - lowest)
+
+
+def test_winograd_kernels_keep_their_rule_and_are_not_tuned(tmp_path, monkeypatch):
+    from tvm_hetero.optimize import RULES_VERSION, tuning
+
+    sent, compared = [], []  # what would go to MetaSchedule, what would be timed
+    monkeypatch.setattr(tuning, "_run_metaschedule",
+                        lambda kernels, *args: sent.extend(name for name, _, _ in kernels))
+
+    def fake_compare(db, name, func, calls, device, target):
+        compared.append(name)
+        return {"name": name, "device": device.name, "target": str(target), "trials": 0,
+                "tuned_ms": None, "rule_ms": 1.0, "rule": "tiled",
+                "rules_version": RULES_VERSION}
+
+    monkeypatch.setattr(tuning, "_compare", fake_compare)
+    model = zoo("cnn")  # its 16 -> 32 channel 3x3 convolution is Winograd
+    kernels = {layer.func_name for layer in th.extract_layers(model)}
+    summary = tune_kernels(model, "all:cpu", th.DeviceSet.parse(["cpu"]), trials=8,
+                           database=str(tmp_path))
+    assert summary.kept_rule == 1
+    assert sorted(sent) == sorted(compared) == sorted(kernels - {"fused_conv2d1_add1_relu1"})
+    assert summary.tuned == len(kernels) - 1

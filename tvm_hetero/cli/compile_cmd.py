@@ -80,9 +80,11 @@ def run(args) -> int:
                                        progress=None if args.json else print)
             if not args.json:
                 faster = sum(1 for c in summary.choices if c.use_tuned)
+                kept = (f", {summary.kept_rule} Winograd kernels kept their rule"
+                        if summary.kept_rule else "")
                 print(f"tuning: {summary.tuned} kernels tuned, {summary.reused} reused from "
-                      f"{args.tuning_db}; {faster} of {len(summary.choices)} faster than the "
-                      f"rules ({summary.seconds:.0f} s)")
+                      f"{args.tuning_db}{kept}; {faster} of {len(summary.choices)} faster than "
+                      f"the rules ({summary.seconds:.0f} s)")
         elif not len(tuning):
             raise HeteroError(f"tuning database {args.tuning_db} holds no tuned kernel (give "
                               "--tune-trials N to tune into it)")

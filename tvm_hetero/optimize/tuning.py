@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..errors import BuildError, HeteroError
+from .cpu import is_winograd
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class TuningSummary:
     choices: list[KernelChoice] = field(default_factory=list)
     reused: int = 0
     tuned: int = 0
+    kept_rule: int = 0  # Winograd kernels: MetaSchedule's search does not reach their rule
     seconds: float = 0.0
 
 
@@ -227,6 +229,10 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
     for device_name, kernels in by_device.items():
         device = devices[device_name]
         target = device.tvm_target()
+        if device.family == "cpu":  # the winograd rule beats what MetaSchedule finds
+            winograd = [kernel for kernel in kernels if is_winograd(kernel[1])]
+            summary.kept_rule += len(winograd)
+            kernels = [kernel for kernel in kernels if kernel not in winograd]
         todo = [(name, func, calls) for name, func, calls in kernels
                 if not db.has(func, target)]
         summary.reused += len(kernels) - len(todo)
