@@ -374,7 +374,7 @@ def test_winograd_takes_3x3_stride_1_convolutions_with_enough_tiles_and_small_we
                    {"dilation": (2, 2)}, {"groups": 2}, {"padding": (0, 0, 0, 0)},
                    {"batch": 2}, {"in_channels": 24},  # not whole vectors
                    {"out_h": 12, "out_w": 12},  # 9 tiles of 4x4
-                   {"in_channels": 128, "out_channels": 64}]:  # 36 x 128 x 64 floats: 1.2 MB
+                   {"in_channels": 256, "out_channels": 128}]:  # 36 x 256 x 128 floats: 4.7 MB
         assert not _winograd_fits(**{**fits, **change}), change
     # a 16x16 64-channel one fits: in a model with little convolution work, it goes blocked
     layers = th.extract_layers(th.load_model(conv_chain(64, 16), name="conv_chain_16"))

@@ -257,11 +257,11 @@ def test_resnet50s_blocked_convolutions_take_the_blocked_rule(cpu_devices):
     blocked = {layer.func_name for layer in layers if layer.kind == "conv2d"
                and len(layer.outputs[0].shape) == 5}
     assert len(blocked) == 23  # 52 calls: every convolution but the RGB one
-    # the 3x3 ones at 56x56 (64 channels) are Winograd; the deeper 3x3 ones have too few
-    # tiles for their weights (see tests/test_layers.py)
+    # the stride-1 3x3 ones at 56x56 (64 channels) and 28x28 (128) are Winograd; the deeper
+    # ones have too few tiles for their weights (see tests/test_layers.py)
     winograd = {name for name in blocked if rules[name] == "winograd"}
     assert [layer.outputs[0].shape for layer in layers if layer.func_name in winograd] \
-        == [(1, 4, 56, 56, 16)] * 3
+        == [(1, 4, 56, 56, 16)] * 3 + [(1, 8, 28, 28, 16)] * 3
     assert {name for name, rule in rules.items() if rule == "blocked-nchwc"} \
         == blocked - winograd
     convs = {layer.func_name for layer in layers if layer.kind == "conv2d"}
