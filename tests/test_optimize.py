@@ -58,7 +58,8 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
                                           "parallel-loops"]
     assert by_pair[("cpu", "reduction")] == ["reduction-chains", "parallel-loops",
                                             "dlight.cpu.Reduction"]
-    assert by_pair[("cpu", "elementwise")] == ["concat-copies", "parallel-loops"]
+    assert by_pair[("cpu", "elementwise")] == ["concat-copies", "layout-copies",
+                                              "parallel-loops"]
     seen = []
 
     def mark(func, target):
@@ -549,3 +550,20 @@ def test_a_winograd_kernel_is_one_parallel_loop_with_its_epilogue_inlined(cpu_de
     # a direct convolution is not the rule's
     direct = mod["fused_conv2d2_add3_relu2"]
     assert not is_winograd(direct) and winograd_conv2d(direct, target) is None
+
+
+def test_a_layout_transform_is_copied_row_by_row_in_parallel(cpu_devices):
+    from tvm_hetero.layers import layered_module
+    from tvm_hetero.optimize.cpu import layout_copies
+
+    target = cpu_devices["cpu"].tvm_target()
+    model = zoo("resnet")
+    rules = th.build(model, "all:cpu", cpu_devices).stats.rules
+    assert rules["te_layout_transform"] == rules["te_layout_transform1"] == "layout-copies"
+    # into NCHW16c: [1, 16, 32, 32] -> [1, 1, 32, 32, 16]; contiguous reads along the columns
+    text = layout_copies(layered_module(model)["te_layout_transform"], target).script()
+    assert "T.parallel(T.int64(512))" in text and "T.vectorized(T.int64(32))" in text
+    # the parallel loop runs over output rows first (row = fused // 16): each task writes whole
+    # rows, not alternate parts of the same cache lines
+    assert re.search(r"v_i1 = T\.axis\.spatial\(T\.int64\(32\), \w+ // T\.int64\(16\)\)", text)
+    assert layout_copies(layered_module(model)["fused_conv2d_add_relu"], target) is None

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..layers import LAYER_KINDS, OP_KINDS_ATTR, kernel_kind
-from .cpu import (PACKED_WEIGHTS_ATTR, blocked_conv2d, concat_copies, packed_conv2d,
-                  parallel_loops, pixel_lanes_1x1, pooling_rows, reduction_chains,
-                  split_k_gemv, tiled_reduction, winograd_conv2d)
+from .cpu import (PACKED_WEIGHTS_ATTR, blocked_conv2d, concat_copies, layout_copies,
+                  packed_conv2d, parallel_loops, pixel_lanes_1x1, pooling_rows,
+                  reduction_chains, split_k_gemv, tiled_reduction, winograd_conv2d)
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +91,9 @@ PIXEL_LANES = Rule("pixel-lanes-1x1", "1x1 stride-1 convolutions: a matrix produ
 POOLING_ROWS = Rule("pooling-rows", "windowed pooling: one output row per parallel task, "
                     "updated with vectors of output columns per window offset; padding "
                     "computed first", pooling_rows)
+LAYOUT_COPIES = Rule("layout-copies", "layout transforms: the loop along the read's "
+                     "contiguous axis innermost and vectorized, the others fused and parallel",
+                     layout_copies)
 CONCAT_COPIES = Rule("concat-copies", "concatenations: the concatenation axis partitioned "
                      "where each input starts, one contiguous parallel copy per input",
                      concat_copies)
@@ -117,7 +120,7 @@ def _defaults() -> None:
     _TABLE[("cpu", "matmul")] = [SPLIT_K_GEMV, TILED, CPU_GEMV, PARALLEL]
     _TABLE[("cpu", "pooling")] = [POOLING_ROWS, REDUCTION_CHAINS, PARALLEL]
     _TABLE[("cpu", "reduction")] = [REDUCTION_CHAINS, PARALLEL, CPU_REDUCTION]
-    _TABLE[("cpu", "elementwise")] = [CONCAT_COPIES, PARALLEL]
+    _TABLE[("cpu", "elementwise")] = [CONCAT_COPIES, LAYOUT_COPIES, PARALLEL]
 
 
 _defaults()
