@@ -122,6 +122,7 @@ def layout_copies(func, target):
     NCHW16c): the loop along the read's contiguous axis innermost and vectorized (contiguous
     loads, strided stores), the others fused and parallel. Returns None for other kernels."""
     from tvm import ir, s_tir, tirx
+    from tvm.tirx.analysis import undefined_vars
 
     from ..layers import _op_kinds_of
 
@@ -145,7 +146,6 @@ def layout_copies(func, target):
     inner = [i for i, iv in enumerate(block.iter_vars) if last_index.same_as(iv.var)]
     if not inner:
         return None
-    from tvm.tirx.analysis import undefined_vars
 
     def write_position(index: int) -> int:  # the first written axis the loop's variable indexes
         var = block.iter_vars[index].var
@@ -817,10 +817,10 @@ def winograd_conv2d(func, target):
     """
     from tvm import s_tir
 
-    if kernel_kind(func) != "conv2d" or not is_winograd(func):
+    if kernel_kind(func) != "conv2d":
         return None
     sch = s_tir.Schedule(func)
-    try:
+    try:  # (what is_winograd checks)
         stages = [sch.get_sblock(name) for name in WINOGRAD_STAGES]
         out = sch.get_sblock("winograd_out")
     except s_tir.ScheduleError:
