@@ -77,3 +77,21 @@ def test_report_cli_without_usable_records(tmp_path, capsys, records):
                  "-o", str(tmp_path / "rep"), "--json"])
     out = capsys.readouterr().out
     assert code == 0 and json.loads(out)["speedup"] == pytest.approx(1.5)
+
+
+def test_the_report_summary_keeps_long_layer_names_apart_from_their_kind(capsys):
+    from tvm_hetero.cli.report_cmd import print_summary
+
+    row = {"layer": "te_layout_transform_1", "kind": "elementwise", "flops": 0.0,
+           "param_bytes": 0, "device": "cpu", "cost_ms": {"cpu": 0.001}, "sent_to": [],
+           "bytes_sent": 0}
+    print_summary({"model": "vgg", "devices": ["cpu"], "median_ms": 0.064, "speedup": None,
+                   "layers": [row, {**row, "layer": "conv2d_0", "kind": "conv2d"}],
+                   "files": {"report": "r.md", "placement_plot": "p.png",
+                             "search_plot": "s.png"}})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split() == ["te_layout_transform_1", "elementwise", "0.00", "0.0", "cpu",
+                                "0.001"]
+    # one width for the column: the kinds line up
+    assert lines[2].index("elementwise") == lines[3].index("conv2d", len("conv2d_0")) \
+        == lines[1].index("kind")

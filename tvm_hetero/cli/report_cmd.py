@@ -65,13 +65,14 @@ def print_summary(summary) -> None:
           f" ms" + (f", {summary['speedup']:.2f}x over {summary['best_single_device']['device']}"
                     if summary["speedup"] else ""))
     devices = summary["devices"]
-    print(f"{'layer':<16}{'kind':<14}{'MFLOP':>9}{'params KiB':>11}  {'device':<12}"
+    width = max([len("layer")] + [len(row["layer"]) for row in summary["layers"]]) + 2
+    print(f"{'layer':<{width}}{'kind':<14}{'MFLOP':>9}{'params KiB':>11}  {'device':<12}"
           + "".join(f"{d[:13] + ' ms':>17}" for d in devices) + "  sent across")
     for row in summary["layers"]:
         costs = "".join(f"{row['cost_ms'][d]:>17.3f}" if d in row["cost_ms"] else f"{'-':>17}"
                         for d in devices)
         sent = f"{row['bytes_sent'] / 1024:.1f} KiB" if row["sent_to"] else ""
-        print(f"{row['layer']:<16}{row['kind']:<14}{row['flops'] / 1e6:>9.2f}"
+        print(f"{row['layer']:<{width}}{row['kind']:<14}{row['flops'] / 1e6:>9.2f}"
               f"{row['param_bytes'] / 1024:>11.1f}  {row['device']:<12}{costs}  {sent}")
     files = summary["files"]
     print(f"wrote {files['report']}, {files['placement_plot']}, {files['search_plot']}")
