@@ -597,13 +597,15 @@ def _linear_combination(coefficients, terms):
     return tirx.const(0.0, "float32") if total is None else total
 
 
-def _by_index(index, expressions):
-    """The expression for each value of `index` (a loop unrolled by the schedule folds it)."""
+def _matrix_row(matrix, index, terms):
+    """``sum(matrix[index, j] * terms[j])`` for a constant matrix: one linear combination per
+    row, chosen by `index` (a loop unrolled by the schedule folds the choice away)."""
     from tvm import tirx
 
-    chosen = expressions[-1]
-    for value in range(len(expressions) - 2, -1, -1):
-        chosen = tirx.Select(index == value, expressions[value], chosen)
+    rows = [_linear_combination(row, terms) for row in matrix]
+    chosen = rows[-1]
+    for value in range(len(rows) - 2, -1, -1):
+        chosen = tirx.Select(index == value, rows[value], chosen)
     return chosen
 
 
@@ -631,14 +633,13 @@ def _conv2d_winograd_blocked(data, transformed, tile: int = WINOGRAD_TILE):
         name="winograd_pad")
     by_rows = te.compute(
         (rows, cols, alpha, alpha, channels),
-        lambda r, t, e, b, c: _by_index(e, [_linear_combination(
-            b_t[i], [padded[r * tile + a, t * tile + b, c] for a in range(alpha)])
-            for i in range(alpha)]),
+        lambda r, t, e, b, c: _matrix_row(
+            b_t, e, [padded[r * tile + a, t * tile + b, c] for a in range(alpha)]),
         name="winograd_rows")
     transformed_data = te.compute(
         (rows, cols, alpha, alpha, channels),
-        lambda r, t, e, n, c: _by_index(n, [_linear_combination(
-            b_t[i], [by_rows[r, t, e, b, c] for b in range(alpha)]) for i in range(alpha)]),
+        lambda r, t, e, n, c: _matrix_row(b_t, n, [by_rows[r, t, e, b, c]
+                                                    for b in range(alpha)]),
         name="winograd_data")
     rc = te.reduce_axis((0, channels), "rc")
     products = te.compute(
@@ -648,13 +649,13 @@ def _conv2d_winograd_blocked(data, transformed, tile: int = WINOGRAD_TILE):
         name="winograd_gemm")
     inverse_rows = te.compute(
         (rows, cols, tile, alpha, out_channels),
-        lambda r, t, i, n, k: _by_index(i, [_linear_combination(
-            a_t[j], [products[r, t, e, n, k] for e in range(alpha)]) for j in range(tile)]),
+        lambda r, t, i, n, k: _matrix_row(a_t, i, [products[r, t, e, n, k]
+                                                    for e in range(alpha)]),
         name="winograd_inverse_rows")
     inverse = te.compute(
         (rows, cols, tile, tile, out_channels),
-        lambda r, t, i, j, k: _by_index(j, [_linear_combination(
-            a_t[q], [inverse_rows[r, t, i, n, k] for n in range(alpha)]) for q in range(tile)]),
+        lambda r, t, i, j, k: _matrix_row(a_t, j, [inverse_rows[r, t, i, n, k]
+                                                    for n in range(alpha)]),
         name="winograd_inverse")
     return te.compute(
         (1, out_channels // lanes, height, width, lanes),
