@@ -7,6 +7,9 @@ import pytest
 
 import tvm_hetero as th
 
+# a rule that raises fails the test (in use: one warning, then the next rule)
+os.environ.setdefault("TVM_HETERO_STRICT_RULES", "1")
+
 
 def pytest_collection_modifyitems(config, items):
     import tvm

@@ -7,7 +7,7 @@ from tvm.script import tirx as T
 
 import tvm_hetero as th
 from tvm_hetero import optimize
-from tvm_hetero.layers import LAYER_KINDS
+from tvm_hetero.layers import LAYER_KINDS, kernel_kind
 from tvm_hetero.testing import light_model, max_relative_error, random_placement
 
 from conftest import zoo, zoo_direct
@@ -66,12 +66,13 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
         seen.append(target.kind.name)
         return func.with_attr("tvm_hetero.rule", "mine")
 
-    optimize.register_rule("cpu", "pooling", optimize.Rule("mine", "test rule", mark))
+    optimize.register_rule("cpu", "pooling",
+                           optimize.Rule.from_callable("mine", "test rule", mark))
     compiled = th.build(zoo("cnn"), "all:cpu", cpu_devices)
     assert seen == ["llvm", "llvm"]  # the two max-pool layers, nothing else
     assert compiled.run(zoo("cnn").random_inputs())[0].shape == (1, 10)
     with pytest.raises(ValueError, match="unknown"):
-        optimize.register_rule("tpu", "conv2d", optimize.Rule("x", "x", mark))
+        optimize.register_rule("tpu", "conv2d", optimize.Rule.from_callable("x", "x", mark))
 
 
 def test_each_layer_gets_the_rules_of_its_device():
@@ -83,7 +84,7 @@ def test_each_layer_gets_the_rules_of_its_device():
             return None  # pass on to the default rules
 
         for kind in LAYER_KINDS:
-            optimize.register_rule(family, kind, optimize.Rule("spy", "spy", spy))
+            optimize.register_rule(family, kind, optimize.Rule.from_callable("spy", "spy", spy))
     model = zoo("resnet")
     layers = th.extract_layers(model)
     placement = th.Placement({l.name: devices.names[i % 2] for i, l in enumerate(layers)})
@@ -93,7 +94,7 @@ def test_each_layer_gets_the_rules_of_its_device():
 
 def test_a_gpu_kernel_no_rule_schedules_is_an_error():
     for kind in LAYER_KINDS:
-        optimize._TABLE[("cuda", kind)] = []
+        optimize.table._TABLE[("cuda", kind)] = []
     with pytest.raises(th.BuildError, match="would silently run as host code"):
         th.build(zoo("mlp"), "all:cuda", ["cpu", "cuda"])
 
@@ -178,7 +179,7 @@ def test_tiled_declines_a_weight_it_would_gather():
     import tvm
     from tvm.script import tirx as T
 
-    from tvm_hetero.optimize.cpu import tiled_reduction
+    from tvm_hetero.optimize.cpu import Tiled
 
     @T.prim_func(private=True, s_tir=True)
     def dense_nt(x: T.Buffer((8, 64), "float32"), w: T.Buffer((32, 64), "float32"),
@@ -191,7 +192,7 @@ def test_tiled_declines_a_weight_it_would_gather():
                 y[vi, vj] = y[vi, vj] + x[vi, vk] * w[vj, vk]
 
     target = tvm.target.Target({"kind": "llvm"})
-    assert tiled_reduction(dense_nt, target) is None  # lanes along j would stride through w
+    assert Tiled().apply(dense_nt, target) is None  # lanes along j would stride through w
 
     @T.prim_func(private=True, s_tir=True)
     def dense_nn(x: T.Buffer((8, 64), "float32"), w: T.Buffer((64, 32), "float32"),
@@ -203,7 +204,7 @@ def test_tiled_declines_a_weight_it_would_gather():
                     y[vi, vj] = T.float32(0)
                 y[vi, vj] = y[vi, vj] + x[vi, vk] * w[vk, vj]
 
-    assert "T.vectorized" in tiled_reduction(dense_nn, target).script()
+    assert "T.vectorized" in Tiled().apply(dense_nn, target).script()
 
 
 def test_weights_lifted_to_a_second_device_are_packed_once_when_the_model_loads(cpu_devices):
@@ -277,12 +278,12 @@ def test_the_blocked_rule_declines_nchw_convolutions(cpu_devices):
     import tvm
 
     from tvm_hetero.layers import layered_module
-    from tvm_hetero.optimize.cpu import blocked_conv2d
+    from tvm_hetero.optimize.cpu import BlockedNCHWc
 
     model = th.load_model(_conv1x1_residual(1), name="conv1x1_residual")
     (func,) = [f for _, f in layered_module(model).functions_items()
                if isinstance(f, tvm.tirx.PrimFunc)]
-    assert blocked_conv2d(func, cpu_devices["cpu"].tvm_target()) is None
+    assert BlockedNCHWc().apply(func, cpu_devices["cpu"].tvm_target()) is None
 
 
 def test_a_short_window_reduction_is_packed_only_where_tiled_lanes_would_be_ragged(cpu_devices):
@@ -314,17 +315,17 @@ def test_windowed_pools_take_pooling_rows_unless_the_width_has_no_lanes(cpu_devi
     # 55, 27 and 13 output columns: 11, 9 and 13 lanes; the global average pool is a reduction
     assert sorted(k for k, rule in rules.items() if rule == "pooling-rows") \
         == ["max_pool2d", "max_pool2d1", "max_pool2d2"], rules
-    from tvm_hetero.optimize.cpu import pooling_rows
+    from tvm_hetero.optimize.cpu import PoolingRows
 
     target = cpu_devices["cpu"].tvm_target()
-    assert pooling_rows(_max_pool_17_wide(), target) is None  # 17 columns: no 4 to 16 lanes divide
+    assert PoolingRows().apply(_max_pool_17_wide(), target) is None  # 17: no 4-16 lanes divide
 
 
 def test_a_concatenation_is_one_parallel_copy_per_input(cpu_devices):
     import numpy as np
     import tvm
 
-    from tvm_hetero.optimize.cpu import concat_copies
+    from tvm_hetero.optimize.cpu import ConcatCopies
 
     @T.prim_func(private=True, s_tir=True)
     def concat(a: T.Buffer((1, 64, 55, 55), "float32"), b: T.Buffer((1, 32, 55, 55), "float32"),
@@ -338,7 +339,7 @@ def test_a_concatenation_is_one_parallel_copy_per_input(cpu_devices):
                     T.if_then_else(64 <= vc, b[vn, vc - 64, vh, vw], a[vn, vc, vh, vw]))
 
     target = cpu_devices["cpu"].tvm_target()
-    scheduled = concat_copies(concat, target)
+    scheduled = ConcatCopies().apply(concat, target)
     script = scheduled.script()
     # one parallel loop per input (channels 0-64, 64-96, 96-112), each over whole planes
     assert re.findall(r"in T.parallel\(([^)]*)\):\n\s+for \w+ in range\((\d+)\)", script) \
@@ -350,7 +351,7 @@ def test_a_concatenation_is_one_parallel_copy_per_input(cpu_devices):
     out = tvm.runtime.tensor(np.zeros((1, 112, 55, 55), "float32"))
     lib["main"](*[tvm.runtime.tensor(p) for p in parts], out)
     np.testing.assert_array_equal(out.numpy(), np.concatenate(parts, axis=1))
-    assert concat_copies(_elementwise_add(), target) is None  # not a concatenation
+    assert ConcatCopies().apply(_elementwise_add(), target) is None  # not a concatenation
 
 
 def test_squeezenets_concatenations_take_concat_copies(cpu_devices):
@@ -364,7 +365,7 @@ def test_global_pools_and_means_take_reduction_chains_sliding_windows_do_not(cpu
     import numpy as np
     import tvm
 
-    from tvm_hetero.optimize.cpu import reduction_chains
+    from tvm_hetero.optimize.cpu import ReductionChains
 
     rules = th.build(th.load_model(light_model("squeezenet"), name="squeezenet"), "all:cpu",
                      cpu_devices).stats.rules
@@ -392,7 +393,7 @@ def test_global_pools_and_means_take_reduction_chains_sliding_windows_do_not(cpu
                 y[vn, vc, vh, vw] = total[vn, vc, vh, vw] / T.float32(169)
 
     target = cpu_devices["cpu"].tvm_target()
-    scheduled = reduction_chains(mean, target)
+    scheduled = ReductionChains().apply(mean, target)
     # 5 tasks of 8 channels, their 8 accumulators updated side by side (unrolled innermost)
     assert re.search(r"in T.parallel\(5\):(.|\n)*for \w+, \w+ in T.grid\(13, 13\):\n\s+"
                      r"for \w+ in T.unroll\(8\):", scheduled.script()), scheduled.script()
@@ -404,7 +405,7 @@ def test_global_pools_and_means_take_reduction_chains_sliding_windows_do_not(cpu
     np.testing.assert_allclose(out.numpy(), x.astype("float64").mean(axis=(2, 3), keepdims=True),
                                rtol=1e-5, atol=1e-6)
 
-    assert reduction_chains(_max_pool_17_wide(), target) is None
+    assert ReductionChains().apply(_max_pool_17_wide(), target) is None
 
 
 def _gemv(k: int, n: int):
@@ -426,10 +427,10 @@ def test_a_large_matrix_vector_product_is_split_along_its_reduction(cpu_devices)
     import numpy as np
     import tvm
 
-    from tvm_hetero.optimize.cpu import split_k_gemv
+    from tvm_hetero.optimize.cpu import SplitKGemv
 
     target = cpu_devices["cpu"].tvm_target()
-    scheduled = split_k_gemv(_gemv(2048, 1024), target)
+    scheduled = SplitKGemv().apply(_gemv(2048, 1024), target)
     # 8 parallel slices of 256 weight rows, each row walked whole (the outputs innermost)
     assert re.search(r"in T.parallel\(8\):(.|\n)*for \w+, \w+ in T.grid\(256, 1024\):",
                      scheduled.script()), scheduled.script()
@@ -441,7 +442,7 @@ def test_a_large_matrix_vector_product_is_split_along_its_reduction(cpu_devices)
     out = tvm.runtime.tensor(np.zeros((1, 1024), "float32"))
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), out)
     np.testing.assert_allclose(out.numpy(), x.astype("float64") @ w, rtol=1e-4, atol=1e-4)
-    assert split_k_gemv(_gemv(2048, 10), target) is None  # 80 KB: stays in cache, tiled
+    assert SplitKGemv().apply(_gemv(2048, 10), target) is None  # 80 KB: stays in cache, tiled
     assert th.build(zoo("cnn"), "all:cpu", cpu_devices).stats.rules["fused_matmul_add2"] \
         == "tiled"
 
@@ -462,7 +463,7 @@ def _elementwise_add():
 def test_parallel_loops_keeps_the_innermost_loop_of_an_elementwise_kernel_apart():
     import tvm
 
-    from tvm_hetero.optimize.cpu import parallel_loops
+    from tvm_hetero.optimize.cpu import ParallelLoops
 
     @T.prim_func(private=True, s_tir=True)
     def concat(a: T.Buffer((1, 64, 55, 55), "float32"), b: T.Buffer((1, 64, 55, 55), "float32"),
@@ -473,7 +474,7 @@ def test_parallel_loops_keeps_the_innermost_loop_of_an_elementwise_kernel_apart(
                 y[vn, vc, vh, vw] = T.if_then_else(64 <= vc, b[vn, vc - 64, vh, vw],
                                                    a[vn, vc, vh, vw])
 
-    script = parallel_loops(concat, tvm.target.Target({"kind": "llvm"})).script()
+    script = ParallelLoops().apply(concat, tvm.target.Target({"kind": "llvm"})).script()
     # rows in parallel; each row's 55 columns one inner loop (no index division per element)
     assert re.search(r"in T.parallel\(7040\):\n\s+for \w+ in range\(55\):", script), script
 
@@ -497,7 +498,7 @@ def _padded_convolutions(model, target):
 
     found = {}
     for gv, func in layered_module(model).functions_items():
-        if isinstance(func, tvm.tirx.PrimFunc) and optimize.kernel_kind(func) == "conv2d" \
+        if isinstance(func, tvm.tirx.PrimFunc) and kernel_kind(func) == "conv2d" \
                 and "T.if_then_else(" in func.script():  # real padding, not a copy
             scheduled, rule = optimize.optimize_function(func.with_attr("target", target),
                                                          target)
@@ -530,7 +531,7 @@ def test_a_winograd_kernel_is_one_parallel_loop_with_its_epilogue_inlined(cpu_de
     import tvm
 
     from tvm_hetero.layers import layered_module
-    from tvm_hetero.optimize.cpu import is_winograd, winograd_conv2d
+    from tvm_hetero.optimize.cpu import Winograd, is_winograd
 
     target = cpu_devices["cpu"].tvm_target()
     mod = layered_module(zoo("resnet"))
@@ -549,21 +550,21 @@ def test_a_winograd_kernel_is_one_parallel_loop_with_its_epilogue_inlined(cpu_de
         assert re.search(r"T\.vectorized\((T\.int64\()?16", text)
     # a direct convolution is not the rule's
     direct = mod["fused_conv2d2_add3_relu2"]
-    assert not is_winograd(direct) and winograd_conv2d(direct, target) is None
+    assert not is_winograd(direct) and Winograd().apply(direct, target) is None
 
 
 def test_a_layout_transform_is_copied_row_by_row_in_parallel(cpu_devices):
     from tvm_hetero.layers import layered_module
-    from tvm_hetero.optimize.cpu import layout_copies
+    from tvm_hetero.optimize.cpu import LayoutCopies
 
     target = cpu_devices["cpu"].tvm_target()
     model = zoo("resnet")
     rules = th.build(model, "all:cpu", cpu_devices).stats.rules
     assert rules["te_layout_transform"] == rules["te_layout_transform1"] == "layout-copies"
     # into NCHW16c: [1, 16, 32, 32] -> [1, 1, 32, 32, 16]; contiguous reads along the columns
-    text = layout_copies(layered_module(model)["te_layout_transform"], target).script()
+    text = LayoutCopies().apply(layered_module(model)["te_layout_transform"], target).script()
     assert "T.parallel(T.int64(512))" in text and "T.vectorized(T.int64(32))" in text
     # the parallel loop runs over output rows first (row = fused // 16): each task writes whole
     # rows, not alternate parts of the same cache lines
     assert re.search(r"v_i1 = T\.axis\.spatial\(T\.int64\(32\), \w+ // T\.int64\(16\)\)", text)
-    assert layout_copies(layered_module(model)["fused_conv2d_add_relu"], target) is None
+    assert LayoutCopies().apply(layered_module(model)["fused_conv2d_add_relu"], target) is None

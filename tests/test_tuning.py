@@ -141,7 +141,6 @@ def test_kernels_tuned_before_newer_rules_are_compared_again_not_tuned_again(tun
 
 
 def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path, monkeypatch):
-    import tvm_hetero.profiles as profiles
     from tvm_hetero.optimize import tuning
 
     path, _ = tuned_db
@@ -159,15 +158,15 @@ def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path
         return fast * (3.0 if rounds >= slow_from else 1.0)
 
     rule_libs = []
-    real_kernel_for = profiles.kernel_for
+    real_kernel_for = tuning.kernel_for
 
     def recording_kernel_for(*args, **kwargs):
         lib, func = real_kernel_for(*args, **kwargs)
         rule_libs.append(lib)
         return lib, func
 
-    monkeypatch.setattr(profiles, "time_kernel", fake_time)
-    monkeypatch.setattr(profiles, "kernel_for", recording_kernel_for)
+    monkeypatch.setattr(tuning, "time_kernel", fake_time)
+    monkeypatch.setattr(tuning, "kernel_for", recording_kernel_for)
     summary = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=12,
                            database=str(copy))
     tuned = [c for c in summary.choices if c.tuned_ms is not None]

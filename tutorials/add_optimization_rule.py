@@ -3,10 +3,11 @@ Add your own optimization rule
 ==============================
 
 Every layer's kernel is scheduled by the rules of its device kind and layer kind, looked up in a
-table (``tvm-hetero optimizations`` prints it). A rule is a function ``(PrimFunc, Target) ->
-PrimFunc or None``: return a scheduled function, or None to pass the kernel to the next rule.
-Here we add a rule for pooling layers on CPUs, check that it is used only for them, and that
-the model still computes what it computed.
+table (``tvm-hetero optimizations`` prints it; ``tvm_hetero/optimize/table.py`` declares it). A
+rule is a class deriving from ``optimize.Rule``: a name, a description, the layer kinds and
+device families it serves, and ``apply(func, target)`` returning a scheduled PrimFunc, or None
+to pass the kernel to the next rule. Here we add a rule for pooling layers on CPUs, check that
+it is used only for them, and that the model still computes what it computed.
 """
 
 ######################################################################
@@ -29,18 +30,25 @@ for family, kind, rules in optimize.table_rows()[:7]:
 used = []
 
 
-def parallel_pooling(func, target):
-    sch = s_tir.Schedule(func)
-    for block in sch.get_output_blocks(sch.get_sblock("root")):
-        loops = sch.get_loops(block)
-        if loops:
-            sch.parallel(loops[0])
-    used.append(target.kind.name)
-    return sch.mod["main"]
+class ParallelPooling(optimize.Rule):
+    name = "parallel-pooling"
+    description = "parallel outer loop of pooling blocks"
+    kinds = ("pooling",)
+    families = ("cpu",)
+
+    def apply(self, func, target):
+        sch = s_tir.Schedule(func)
+        for block in sch.get_output_blocks(sch.get_sblock("root")):
+            loops = sch.get_loops(block)
+            if loops:
+                sch.parallel(loops[0])
+        used.append(target.kind.name)
+        return sch.mod["main"]
 
 
-optimize.register_rule("cpu", "pooling", optimize.Rule(
-    "parallel-pooling", "parallel outer loop of pooling blocks", parallel_pooling))
+# At run time: first for (cpu, pooling). In the package itself a rule is one file under
+# tvm_hetero/optimize/cpu/ and one line in optimize/table.py's default_table().
+optimize.register_rule("cpu", "pooling", ParallelPooling())
 
 ######################################################################
 # Build with it
@@ -63,6 +71,5 @@ optimize.reset_table()  # back to the defaults
 ######################################################################
 # Summary
 # -------
-# ``optimize.register_rule(family, kind, Rule(name, description, apply))`` puts a rule first
-# for one (device kind, layer kind) pair; every build, every measured candidate and every
-# profile then uses it.
+# ``optimize.register_rule(family, kind, rule)`` puts a rule first for one (device kind, layer
+# kind) pair it serves; every build, every measured candidate and every profile then uses it.

@@ -171,7 +171,7 @@ class _Rewrite:
                 else:
                     for binding in block.bindings:
                         self._emit(bb, binding, next(infos))
-            ret = _substitute(main.body.body, self.var_map)
+            ret = substitute_vars(main.body.body, self.var_map)
             bb.emit_func_output(ret)
         if self.lift_weights:
             self._emit_weights_function()
@@ -188,13 +188,13 @@ class _Rewrite:
         is_output = not isinstance(binding.var, relax.DataflowVar)
         emit = bb.emit_output if (is_output and bb.current_block_is_dataflow()) else bb.emit
         if isinstance(binding, relax.MatchCast):
-            value = _substitute(binding.value, self.var_map)
+            value = substitute_vars(binding.value, self.var_map)
             new = bb.match_cast(value, binding.ty, binding.var.name)
             self.var_map[binding.var] = new
             self.dev_of[new] = self._device_of_expr(value)
             return new
         if info is None:
-            value = _substitute(binding.value, self.var_map)
+            value = substitute_vars(binding.value, self.var_map)
             new = emit(value, name_hint=binding.var.name)
             self.var_map[binding.var] = new
             if isinstance(value, relax.Tuple):
@@ -204,7 +204,7 @@ class _Rewrite:
         _, layer_name, _ = info
         device = self.layer_device[layer_name]
         call = binding.value
-        args = [self._on_device(bb, _substitute(arg, self.var_map), device)
+        args = [self._on_device(bb, substitute_vars(arg, self.var_map), device)
                 for arg in call.args[1].fields]
         if len(call.args) > 2:
             raise PlacementError(f"layer {layer_name} passes symbolic shape variables to TIR; "
@@ -236,7 +236,7 @@ def used_devices(placement, devices):
     return DeviceSet([dev for dev in devices if dev.name in used])
 
 
-def _substitute(expr, var_map):
+def substitute_vars(expr, var_map):
     """`expr` with its variables replaced through `var_map`."""
     global _SUBSTITUTER
     if _SUBSTITUTER is None:

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -23,10 +23,9 @@ from .devices import DeviceSet, host_target_dict
 from .errors import BuildError, DeviceError, InputError, ModelError, error_message
 from .frontend import InputSpec, load_model
 from .layers import extract_layers, layered_module
+from .optimize import schedule_passes
+from .optimize.tuning import TuningDatabase
 from .placement import Placement
-
-if TYPE_CHECKING:
-    from .optimize.tuning import TuningDatabase
 
 logger = logging.getLogger(__name__)
 
@@ -44,31 +43,6 @@ def _import_tvm():
 
 # ----------------------------------------------------------------------------------------------
 # build
-
-
-def schedule_passes(devices: DeviceSet, optimize: bool = True, tuning=None,
-                    chosen: dict | None = None) -> list:
-    """Per-target scheduling of the placed kernels.
-
-    With `optimize` (the default) every kernel is scheduled by the optimization table's rules
-    for its own device (:mod:`tvm_hetero.optimize`). Without it CPU kernels keep TVM's default
-    loops; GPU kernels are always scheduled (dlight's GPU rules), since an unscheduled GPU
-    kernel silently becomes host code. `tuning` (a TuningDatabase) gives tuned kernels their
-    tuned schedule; `chosen` collects ``{kernel: rule}``.
-    """
-    from tvm.s_tir import dlight as dl
-
-    from .optimize import OptimizeLayers
-
-    if optimize:
-        return [OptimizeLayers(tuning, chosen)]
-    passes = []
-    if any(dev.family != "cpu" for dev in devices):
-        passes.append(dl.ApplyDefaultSchedule(
-            dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-            dl.gpu.Fallback(),
-        ))
-    return passes
 
 
 def _lower(mod):
@@ -295,8 +269,6 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     host = tvm.target.Target(host_target_dict())
     tuning = None
     if tuning_db is not None:
-        from .optimize.tuning import TuningDatabase
-
         tuning = tuning_db if isinstance(tuning_db, TuningDatabase) else TuningDatabase(
             tuning_db)
     try:

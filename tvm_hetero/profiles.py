@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .devices import Device, DeviceSet
+from .optimize.kernel import kernel_for, time_kernel
 from .placement import Placement
 
 logger = logging.getLogger(__name__)
@@ -101,48 +102,6 @@ class Profile:
             return cls.from_json(data)
         except (OSError, ValueError, KeyError, TypeError):
             return None
-
-
-def _random_tensor(shape, dtype, dev, rng):
-    import tvm
-
-    if np.issubdtype(np.dtype(dtype), np.integer):
-        data = rng.integers(0, 4, size=shape).astype(dtype)
-    else:
-        data = rng.standard_normal(shape).astype(dtype)
-    return tvm.runtime.tensor(data, dev)
-
-
-def kernel_for(func, device: Device, chosen: dict | None = None):
-    """A layer's PrimFunc compiled alone for one device, scheduled by the rules the placed
-    executable's kernels get: ``(library, scheduled PrimFunc)`` (a rule may change the
-    parameters' layout: time the library with the scheduled function's parameters).
-    `chosen` receives ``{"main": rule name}``."""
-    import tvm
-
-    target = device.tvm_target()
-    mod = tvm.IRModule({"main": func.with_attr("target", target)
-                        .with_attr("global_symbol", "main")})
-    from .build import schedule_passes
-
-    with target:
-        mod = tvm.transform.Sequential(schedule_passes(DeviceSet([device]),
-                                                       chosen=chosen))(mod)
-    return tvm.tirx.build(mod, target=target), mod["main"]
-
-
-def time_kernel(lib, func, device: Device, repeat: int = 3, min_repeat_ms: int = 20,
-                seed: int = 0) -> float:
-    """Median ms of one call of `lib` (the kernel `func` compiled), on random arguments."""
-    dev = device.runtime_device()
-    rng = np.random.default_rng(seed)
-    args = []
-    for param in func.params:  # TVM 0.27: a buffer parameter's type is its BufferType
-        buf = param.ty
-        args.append(_random_tensor([int(d) for d in buf.shape], str(buf.dtype), dev, rng))
-    timer = lib.time_evaluator("main", dev, number=1, repeat=repeat,
-                               min_repeat_ms=int(min_repeat_ms))
-    return float(np.median(timer(*args).results)) * 1e3
 
 
 def measure_transfer(src: Device, dst: Device, sizes=TRANSFER_SIZES,

@@ -82,7 +82,7 @@ def measure_gflops(device: Device, n: int = MATMUL_N) -> float:
     """GFLOP/s of an n x n x n float32 matmul built for `device` and run on it."""
     from tvm import te
 
-    from .profiles import kernel_for, time_kernel
+    from .optimize.kernel import kernel_for, time_kernel
 
     a = te.placeholder((n, n), "float32", name="A")
     b = te.placeholder((n, n), "float32", name="B")

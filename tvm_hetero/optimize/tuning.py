@@ -24,8 +24,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..errors import BuildError, HeteroError
+from ..devices import DeviceSet, host_num_cores
+from ..errors import BuildError, HeteroError, error_message
+from ..frontend import load_model
+from ..layers import extract_layers, layered_module
+from ..placement import Placement
 from .cpu import is_winograd
+from .kernel import kernel_for, time_kernel
+from .table import RULES_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +39,7 @@ TUNED_FOR_ATTR = "tvm_hetero.tuned_for"
 CHOICES_FILE = "choices.json"
 CHOICES_FORMAT = "tvm_hetero.tuning_choices"
 # Every fresh MetaSchedule builder worker imports tvm.s_tir.tensor_intrin (~40 s on 2 cores):
-# TVM's default 30 s builder timeout fails every build (see ../shared/tvm-notes).
+# TVM's default 30 s builder timeout fails every build (docs/design.md, "Tuning (MetaSchedule)").
 BUILDER_TIMEOUT_S = 300
 RUNNER_TIMEOUT_S = 60
 # A tuned kernel and the rules' kernel are timed alternately this many times, the best of each
@@ -146,8 +152,6 @@ class TuningDatabase:
 
     def _choice(self, workload) -> dict | None:
         """The stored comparison, when it was made against the current default rules."""
-        from . import RULES_VERSION
-
         choice = self.choices.get(_key(workload))
         return choice if choice and choice.get("rules_version") == RULES_VERSION else None
 
@@ -171,8 +175,6 @@ class TuningDatabase:
 
 def _kernels_by_device(model, placement, devices):
     """``{device name: [(func name, func, calls)]}`` for the kernels the placement runs."""
-    from ..layers import extract_layers, layered_module
-
     mod = layered_module(model)
     layers = extract_layers(mod)
     placement.validate(layers, devices)
@@ -210,10 +212,6 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
     -------
     TuningSummary
     """
-    from ..devices import DeviceSet
-    from ..frontend import load_model
-    from ..placement import Placement
-
     if trials < 0:
         raise HeteroError(f"tuning trials must be >= 0, got {trials}")
     start = time.perf_counter()
@@ -221,8 +219,6 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
     devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
     db = database if isinstance(database, TuningDatabase) else TuningDatabase(database)
     if isinstance(placement, str):
-        from ..layers import extract_layers
-
         placement = Placement.parse(placement, extract_layers(model))
     summary = TuningSummary(database=db.path)
     by_device = _kernels_by_device(model, placement, devices)
@@ -267,8 +263,6 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
 def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_cores):
     from tvm.s_tir import meta_schedule as ms
 
-    from ..devices import host_num_cores
-
     cores = num_cores or host_num_cores()
     contexts = [ms.TuneContext(mod=_workload(func, target), target=target,
                                space_generator="post-order-apply",
@@ -285,17 +279,12 @@ def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_co
             database=db.ms_database, cost_model=ms.cost_model.XGBModel(
                 num_tuning_cores=cores, tree_method="auto"))
     except Exception as err:  # noqa: BLE001 (MetaSchedule raises TVMError/RuntimeError)
-        from ..errors import error_message
-
         raise BuildError(f"MetaSchedule tuning failed: {error_message(err)}") from err
 
 
 def _compare(db, name, func, calls, device, target) -> dict:
     """Time the tuned kernel (when MetaSchedule found one) and the rule-scheduled kernel."""
     import tvm
-
-    from ..profiles import kernel_for, time_kernel
-    from . import RULES_VERSION
 
     workload = _workload(func, target)
     records = db.ms_database.get_top_k(db.ms_database.commit_workload(workload), 1 << 30)

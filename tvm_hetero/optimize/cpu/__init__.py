@@ -1,0 +1,23 @@
+"""CPU rules: turn TVM's naive loops into parallel, vectorized, register-tiled code; one rule
+per file, their shared helpers in :mod:`.base`. The order they are tried in is the table's
+(:mod:`tvm_hetero.optimize.table`).
+
+Every rule keeps each output element's reduction sequential and in order, so results equal
+those of the unscheduled loops up to the vector code LLVM emits.
+"""
+
+from .blocked_nchwc import BlockedNCHWc
+from .concat_copies import ConcatCopies
+from .layout_copies import LayoutCopies
+from .packed_weights import PACKED_WEIGHTS_ATTR, PackedWeights
+from .parallel_loops import ParallelLoops
+from .pixel_lanes_1x1 import PixelLanes1x1
+from .pooling_rows import PoolingRows
+from .reduction_chains import ReductionChains
+from .split_k_gemv import SplitKGemv
+from .tiled import Tiled
+from .winograd import Winograd, is_winograd
+
+__all__ = ["PACKED_WEIGHTS_ATTR", "BlockedNCHWc", "ConcatCopies", "LayoutCopies",
+           "PackedWeights", "ParallelLoops", "PixelLanes1x1", "PoolingRows", "ReductionChains",
+           "SplitKGemv", "Tiled", "Winograd", "is_winograd"]

@@ -1,0 +1,229 @@
+"""Shared pieces of the CPU rules: loop extents, tiling helpers, the register tile's last
+steps, padding per task, and the target's vector lanes."""
+
+from __future__ import annotations
+
+from ...layers import OP_KINDS_ATTR
+
+MIN_PARALLEL_EXTENT = 2
+# below this many loop iterations a block runs faster on one core than through the thread pool
+MIN_PARALLEL_WORK = 1 << 15
+
+
+def loop_extent(sch, loop) -> int | None:
+    from tvm import tirx
+
+    extent = sch.get(loop).extent
+    return int(extent) if isinstance(extent, tirx.IntImm) else None
+
+
+def is_reduction_iter(iter_var) -> bool:
+    from tvm import tirx
+
+    return iter_var.iter_type == tirx.IterVar.CommReduce
+
+
+def iterations(sch, loops) -> int:
+    """Iterations of a nest of `loops` (a loop of unknown extent counts once)."""
+    count = 1
+    for loop in loops:
+        count *= loop_extent(sch, loop) or 1
+    return count
+
+
+def largest_divisor(extent: int, at_most: int) -> int:
+    return max(d for d in range(1, min(extent, at_most) + 1) if extent % d == 0)
+
+
+def walks_contiguously(block, lane_var) -> bool:
+    """True when every buffer `block` reads or writes is indexed by `lane_var` only in its
+    last (contiguous) dimension, or not at all: vector loads, never gathers."""
+    from tvm.tirx.analysis import undefined_vars
+
+    for region in list(block.reads) + list(block.writes):
+        for index_range in region.region[:-1]:
+            if any(v.same_as(lane_var) for v in undefined_vars(index_range.min)):
+                return False
+    return True
+
+
+# Register tile of the channel-vector rules (packed-weights, blocked-nchwc, pixel-lanes-1x1,
+# winograd): at most this many vector accumulators (of 32 AVX-512
+# registers, or of 16 AVX2 ones), leaving room for weight vectors and broadcast inputs. On
+# ResNet-50's convolutions 14-16 accumulators ran at the same speed, 28 at half of it.
+PACKED_ACCUMULATORS = {32: 16, 16: 6}
+
+
+def vector_lanes(target) -> tuple[int, int]:
+    """``(fp32 lanes, vector registers)`` of `target`'s widest vector unit (LLVM CPU targets),
+    from its features (its ``mcpu``). Not TVM's ``llvm_get_vector_width``: it answers 512 bits
+    for ``{"kind": "llvm", "mcpu": "x86-64"}`` and ``haswell`` targets alike."""
+    from tvm.target.codegen import llvm_cpu_has_features
+
+    try:
+        if llvm_cpu_has_features(["avx512f"], target):
+            return 16, 32
+        if llvm_cpu_has_features(["avx2"], target):
+            return 8, 16
+    except Exception:  # noqa: BLE001 (a non-x86 LLVM target has no such features)
+        pass
+    return 4, 16
+
+
+def packed_tile(channel_blocks: int, width: int, accumulators: int) -> tuple[int, int]:
+    """``(channel vectors, output columns)`` per register tile: the fewest loads per
+    multiply-add (a tile of c vectors x w columns loads c weight vectors and broadcasts w
+    inputs for c * w multiply-adds), then the largest tile; both divide their extents."""
+    options = [(c, w) for c in range(1, min(channel_blocks, 4) + 1) if channel_blocks % c == 0
+               for w in range(1, min(width, accumulators) + 1) if width % w == 0
+               and c * w <= accumulators]
+    return min(options, key=lambda cw: ((cw[0] + cw[1]) / (cw[0] * cw[1]), -cw[0] * cw[1]))
+
+
+def direct_conv_weight(func, block) -> int | None:
+    """Index of the weight parameter of a direct NCHW convolution block
+    (``out[n, f, y, x] += data[n, c, ., .] * weight[f, c, ry, rx]``), else None."""
+    from tvm.tirx.analysis import undefined_vars
+
+    iters = [iv.var for iv in block.iter_vars]
+    if len(iters) != 7 or len(block.writes) != 1 or len(block.reads) != 2:
+        return None
+    n, f, y, x, rc, ry, rx = iters
+
+    def exactly(ranges, variables) -> bool:
+        return len(ranges) == len(variables) and all(
+            r.min.same_as(v) and int(r.extent) == 1 for r, v in zip(ranges, variables))
+
+    if not exactly(list(block.writes[0].region), [n, f, y, x]):
+        return None
+    weights = [r for r in block.reads if exactly(list(r.region), [f, rc, ry, rx])]
+    if len(weights) != 1:
+        return None
+    data = [r for r in block.reads if r is not weights[0]][0]
+    if len(data.region) != 4 or not data.region[1].min.same_as(rc) or any(
+            any(v.same_as(f) for v in undefined_vars(r.min)) for r in data.region):
+        return None  # grouped and depthwise convolutions read input channels through f
+    index = [i for i, p in enumerate(func.params) if p.same_as(weights[0].source)]
+    return index[0] if index else None
+
+
+def is_reduction_block(sch, block_rv) -> bool:
+    return any(is_reduction_iter(iv) for iv in sch.get(block_rv).iter_vars)
+
+
+def one_reduction(sch) -> tuple[list, int] | None:
+    """``(root blocks, index of the reduction block)`` of a kernel with exactly one reduction
+    block, else None."""
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    reductions = [i for i, block_rv in enumerate(blocks) if is_reduction_block(sch, block_rv)]
+    return (blocks, reductions[0]) if len(reductions) == 1 else None
+
+
+def direct_conv(func, sch):
+    """``(root blocks, index of the convolution block, weight parameter index)`` of a kernel
+    whose one reduction is a direct NCHW convolution, else None. The blocks as written
+    (normalize_prim_func would drop the unit loops of a 1x1 kernel)."""
+    found = one_reduction(sch)
+    if found is None:
+        return None
+    blocks, main_index = found
+    weight_index = direct_conv_weight(func, sch.get(blocks[main_index]))
+    return None if weight_index is None else (blocks, main_index, weight_index)
+
+
+def accumulate_in_registers(sch, block, unrolled, lanes, parallel, first_reduction) -> None:
+    """The register tile's last steps: its loops unrolled, its lanes vectorized, the tiles
+    parallel, and the accumulators' initialization split out (vectorized) ahead of
+    `first_reduction`."""
+    for loop in unrolled:
+        sch.unroll(loop)
+    sch.vectorize(lanes)
+    sch.parallel(parallel)
+    init = sch.decompose_reduction(block, first_reduction)
+    sch.vectorize(sch.get_loops(init)[-1])
+
+
+def inline_identity_copies(sch, prologue) -> list:
+    """Inline the prologue blocks that only copy (an identity "padding" reads like the input
+    itself); the others (real padding) are returned."""
+    from tvm import ir, s_tir
+
+    left = []
+    for block_rv in prologue:
+        if not isinstance(sch.get(block_rv).body.value, ir.expr.Call):
+            try:
+                sch.compute_inline(block_rv)
+                continue
+            except s_tir.ScheduleError:
+                pass
+        left.append(block_rv)
+    return left
+
+
+def loops_under(sch, block_rv, loop) -> list:
+    """The loops of `block_rv` nested inside `loop` (one of its loops)."""
+    loops = sch.get_loops(block_rv)
+    return loops[[sch.get(lp).same_as(sch.get(loop)) for lp in loops].index(True) + 1:]
+
+
+def epilogue_at(sch, last, tile_loop) -> list:
+    """Compute the kernel's last block per register tile (under `tile_loop`); its loops inside
+    the tile."""
+    sch.reverse_compute_at(last, tile_loop)
+    return loops_under(sch, last, tile_loop)
+
+
+# A task's padded input rows (all channels) at most this many bytes, for padding per task: the
+# L1 data cache. ResNet-50's padded layers (45-55 KB per task) ran 3 % slower padded per task.
+PROLOGUE_PER_TASK_BYTES = 32 << 10
+
+
+def prologue_per_task(sch, block_rv, parallel_loop) -> bool:
+    """Compute a prologue block (real padding) inside the kernel's parallel loop: each task
+    pads the input rows its own tile reads, in its own cache, in the same parallel region as
+    the convolution. Computed first, in a parallel loop of its own, the padded input was
+    written by one core and read by the other after a second thread-pool launch: the zoo
+    models' padded convolutions ran 2-20 % slower (the zoo ResNet's stride-2 16 -> 32 3x3:
+    16.9 against 13.6 us) and up to 1.9x slower in this machine's slow spells. Redundant
+    work: the window's rows are padded once per task reading them (3 per row for a 3x3
+    window), a copy. False (and nothing moved) when the block cannot move there or a task's
+    padded input would outgrow `PROLOGUE_PER_TASK_BYTES`."""
+    from tvm import s_tir
+
+    trial = sch.copy()
+    try:
+        trial.compute_at(block_rv, parallel_loop)
+    except s_tir.ScheduleError:
+        return False
+    dtype_bytes = sch.get(block_rv).writes[0].source.dtype.bits // 8
+    if iterations(trial, loops_under(trial, block_rv, parallel_loop)) * dtype_bytes \
+            > PROLOGUE_PER_TASK_BYTES:
+        return False
+    sch.compute_at(block_rv, parallel_loop)
+    return True
+
+
+def finish_register_tile(sch, conv, *, epilogue_loops, epilogue_lane, task_loops, tile, lane,
+                         first_reduction, prologue, prologue_depth: int) -> None:
+    """The last steps of a convolution's channel-vector register tile (``packed-weights``,
+    ``blocked-nchwc``): the epilogue's lane loop vectorized and its other tile loops unrolled
+    (constant indices: the accumulators stay in registers), `task_loops` fused into the
+    parallel tasks, the tile's accumulation (:func:`accumulate_in_registers` of the `tile`
+    loops and `lane`), and each `prologue` block (real padding) computed per task, else
+    first, its `prologue_depth` outer loops fused and parallel."""
+    sch.vectorize(epilogue_lane)
+    for loop in epilogue_loops:
+        sch.unroll(loop)
+    tasks = sch.fuse(*task_loops)
+    accumulate_in_registers(sch, conv, tile, lane, tasks, first_reduction)
+    for block_rv in prologue:
+        if not prologue_per_task(sch, block_rv, tasks):
+            prologue_loops = sch.get_loops(block_rv)
+            if len(prologue_loops) >= prologue_depth:
+                sch.parallel(sch.fuse(*prologue_loops[:prologue_depth]))
+
+
+def op_kinds(func) -> list[str]:
+    """The ops fused into a layer's kernel (its ``OP_KINDS_ATTR``), or [] when unknown."""
+    kinds = func.attrs.get(OP_KINDS_ATTR) if func.attrs is not None else None
+    return [str(k) for k in kinds] if kinds else []

@@ -1,0 +1,67 @@
+"""The ``blocked-nchwc`` CPU rule: convolutions in the blocked layout NCHW16c: register tiles of
+channel blocks x output columns, each a contiguous vector; epilogue per tile."""
+
+from __future__ import annotations
+
+from ...layers import kernel_kind
+from ..rule import Rule
+from .base import (PACKED_ACCUMULATORS, epilogue_at, finish_register_tile, inline_identity_copies,
+                   loop_extent, one_reduction, packed_tile, vector_lanes)
+
+class BlockedNCHWc(Rule):
+    """The ``blocked-nchwc`` rule: convolutions in the blocked layout NCHW16c: register tiles of
+    channel blocks x output columns, each a contiguous vector; epilogue per tile."""
+
+    name = "blocked-nchwc"
+    description = ("convolutions in the blocked layout NCHW16c: register tiles of channel "
+                   "blocks x output columns, each a contiguous vector; epilogue per tile")
+    kinds = ("conv2d",)
+    families = ("cpu",)
+
+    def apply(self, func, target):
+        """Schedule a convolution in the blocked layout NCHW[lanes]c (see ``layers.prepare``).
+
+        ``out[n, f, y, x, lane] += data[n, c, y', x', l] * weight[f, c, ry, rx, l, lane]``: a
+        register tile of ``v`` output-channel blocks times ``w`` output columns, each a vector of
+        the block's lanes, accumulates over the whole reduction (per step ``v`` contiguous weight
+        vectors, ``w`` broadcast inputs, ``v * w`` fused multiply-adds); the epilogue writes the
+        tile out as whole contiguous vectors (onnxruntime's NCHWc kernels do the same). Identity
+        padding is inlined; real padding is computed per parallel task (`prologue_per_task`), or
+        first, in parallel. Returns None for other kernels (other layouts, blocks that are not one
+        vector of the target).
+        """
+        from tvm import s_tir
+
+        if kernel_kind(func) != "conv2d":
+            return None
+        lanes, registers = vector_lanes(target)
+        sch = s_tir.Schedule(func)
+        found = one_reduction(sch)
+        if found is None:
+            return None
+        blocks, main_index = found
+        conv = blocks[main_index]
+        block = sch.get(conv)
+        out = block.writes[0].source if len(block.writes) == 1 else None
+        loops = sch.get_loops(conv)
+        if out is None or len(block.iter_vars) != 9 or len(loops) != 9 or len(out.shape) != 5 \
+                or str(out.dtype) != "float32" \
+                or any(loop_extent(sch, lp) is None for lp in loops) \
+                or loop_extent(sch, loops[4]) != lanes:
+            return None
+        prologue = inline_identity_copies(sch, blocks[:main_index])
+        tail = [sch.cache_write(conv, 0, "local")] + list(blocks[main_index + 1:])
+        for block_rv in tail[:-1]:
+            sch.compute_inline(block_rv)
+        n, f, y, x, lane, rc, ry, rx, rl = sch.get_loops(conv)
+        vectors, columns = packed_tile(loop_extent(sch, f), loop_extent(sch, x),
+                                        PACKED_ACCUMULATORS[registers])
+        f_outer, f_vectors = sch.split(f, [None, vectors])
+        x_outer, x_inner = sch.split(x, [None, columns])
+        sch.reorder(n, f_outer, y, x_outer, rc, ry, rx, rl, f_vectors, x_inner, lane)
+        *tile, tile_lane = epilogue_at(sch, tail[-1], x_outer)  # blocks, columns; lanes
+        # padding, when not per task, first: parallel over blocks and rows
+        finish_register_tile(sch, conv, epilogue_loops=tile, epilogue_lane=tile_lane,
+                             task_loops=[n, f_outer, y], tile=[f_vectors, x_inner], lane=lane,
+                             first_reduction=rc, prologue=prologue, prologue_depth=3)
+        return sch.mod["main"]

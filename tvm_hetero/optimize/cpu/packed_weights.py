@@ -1,0 +1,143 @@
+"""The ``packed-weights`` CPU rule: vector lanes along output channels, the weight repacked
+[F/lanes, C, KH, KW, lanes] at build time; register tiles of channel vectors x output columns;
+epilogue per tile."""
+
+from __future__ import annotations
+
+from ...layers import kernel_kind
+from ..rule import Rule
+from .base import (PACKED_ACCUMULATORS, direct_conv, epilogue_at, finish_register_tile,
+                   inline_identity_copies, loop_extent, packed_tile, vector_lanes)
+from .tiled import TILE_LANES
+
+# Attribute of a PrimFunc whose weight parameter the rule repacked: ``[param index, lanes]``.
+# The OptimizeLayers pass repacks the argument the Relax program passes there (a constant is
+# repacked at build time).
+PACKED_WEIGHTS_ATTR = "tvm_hetero.packed_weights"
+
+
+# A short reduction over a window (3x3 over an RGB image: 27) ran faster with the tiled rule
+# when the output width is a multiple of its lanes (32 wide: 4.4 against 7.5 us); 111 wide
+# (SqueezeNet 1.1), where the tiled rule gets 3 lanes, 0.59 against 0.15-0.23 ms packed.
+# 1x1 over 16 channels and 7x7 over RGB ran 2x and 1.6x faster packed. A residual add in the
+# epilogue, which packed lanes gather, also goes to the tiled rule when it gets whole vectors
+# (16 -> 16 channels 3x3 at 32x32 with the residual: 13.4 us tiled, 19.2 us packed). So does a
+# windowed convolution to as many channels as lanes: its packed tile is one channel vector
+# (17 loads per 16 multiply-adds; the tiled rule reuses each weight over 16 columns): 16 -> 16
+# 3x3 at 32x32 without the residual 27.5 us tiled, 34.3 us packed.
+MIN_PACKED_WINDOW_REDUCTION = 32
+
+
+def _reads_a_residual(sch, func, epilogue, out) -> bool:
+    """True when an epilogue block reads a parameter shaped like the output `out` (a
+    residual add), which lanes along the output channels would gather."""
+    shape = [int(d) for d in out.shape]
+    sources = [region.source for block_rv in epilogue for region in sch.get(block_rv).reads]
+    return any([int(d) for d in p.ty.shape] == shape and any(p.same_as(s) for s in sources)
+               for p in func.params if not p.same_as(out))
+
+
+def tiled_fits_better(func, target) -> bool:
+    """Whether the ``tiled`` rule beats this one on a direct NCHW convolution (see
+    `MIN_PACKED_WINDOW_REDUCTION`): its lanes are whole vectors along the output width and the
+    convolution reads a residual, or has a window and either as many channels as lanes or a
+    short reduction. The table tries ``packed-weights`` first except there."""
+    from tvm import s_tir
+
+    if kernel_kind(func) != "conv2d":
+        return False
+    lanes, _ = vector_lanes(target)
+    sch = s_tir.Schedule(func)
+    found = direct_conv(func, sch)
+    if found is None:
+        return False
+    blocks, main_index, weight_index = found
+    conv = blocks[main_index]
+    loops = sch.get_loops(conv)
+    if len(loops) != len(sch.get(conv).iter_vars) \
+            or any(loop_extent(sch, lp) is None for lp in loops):
+        return False
+    weight = func.params[weight_index].ty
+    channels, window = int(weight.shape[0]), int(weight.shape[2]) * int(weight.shape[3])
+    whole_vectors = loop_extent(sch, loops[3]) % TILE_LANES == 0  # the tiled rule's lanes
+    return whole_vectors and (
+        window > 1 and (channels == lanes
+                        or window * int(weight.shape[1]) < MIN_PACKED_WINDOW_REDUCTION)
+        or _reads_a_residual(sch, func, blocks[main_index + 1:],
+                             sch.get(blocks[-1]).writes[0].source))
+
+
+class PackedWeights(Rule):
+    """The ``packed-weights`` rule: vector lanes along output channels, the weight repacked
+    [F/lanes, C, KH, KW, lanes] at build time; register tiles of channel vectors x output
+    columns; epilogue per tile."""
+
+    name = "packed-weights"
+    description = ("vector lanes along output channels, the weight repacked [F/lanes, C, KH, "
+                   "KW, lanes] at build time; register tiles of channel vectors x output "
+                   "columns; epilogue per tile")
+    kinds = ("conv2d",)
+    families = ("cpu",)
+
+    def apply(self, func, target):
+        """Schedule a direct NCHW convolution with vector lanes along the output channels.
+
+        The weight ``[F, C, KH, KW]`` is read as ``[F / lanes, C, KH, KW, lanes]`` (the function's
+        parameter changes; its PrimFunc carries ``PACKED_WEIGHTS_ATTR`` and the OptimizeLayers
+        pass repacks the argument, at build time for a constant). A register tile of
+        ``c x lanes`` output channels times ``w`` output columns accumulates over the whole
+        reduction: per step ``c`` contiguous weight vectors, ``w`` broadcast inputs and ``c * w``
+        fused multiply-adds, whatever the stride or the width (``w`` divides it); the
+        accumulators live in a tile-local buffer and the epilogue (bias, batch norm, activation,
+        residual add) writes the tile out. Identity padding is inlined; real padding is computed
+        per parallel task (`prologue_per_task`), or first, in parallel. Returns None for other
+        kernels (grouped or depthwise convolutions, channel counts that are not a multiple of the
+        lanes, non-float32). The table declines for it where `tiled_fits_better`.
+        """
+        from tvm import s_tir
+
+        if kernel_kind(func) != "conv2d":
+            return None
+        lanes, registers = vector_lanes(target)
+        sch = s_tir.Schedule(func)
+        found = direct_conv(func, sch)
+        if found is None:
+            return None
+        blocks, main_index, weight_index = found
+        conv = blocks[main_index]
+        block = sch.get(conv)
+        loops = sch.get_loops(conv)
+        if len(loops) != len(block.iter_vars) or any(loop_extent(sch, lp) is None for lp in loops):
+            return None
+        weight = func.params[weight_index].ty
+        channels = int(weight.shape[0])
+        if channels % lanes or str(weight.dtype) != "float32":
+            return None
+
+        sch.transform_layout(conv, ("read", [r.source.same_as(func.params[weight_index])
+                                              for r in block.reads].index(True)),
+                             lambda f, c, h, w: (f // lanes, c, h, w, f % lanes))
+        prologue = inline_identity_copies(sch, blocks[:main_index])
+        epilogue = list(blocks[main_index + 1:])
+        accumulate = sch.cache_write(conv, 0, "local")
+        sch.transform_layout(conv, ("write", 0),
+                             lambda n, f, y, x: (n, f // lanes, y, x, f % lanes))
+        # the epilogue reads the accumulators through one block writing the kernel's output
+        tail = [accumulate] + epilogue
+        for block_rv in tail[:-1]:
+            sch.compute_inline(block_rv)
+        last = tail[-1]
+        n, f, y, x, rc, ry, rx = sch.get_loops(conv)
+        vectors, columns = packed_tile(channels // lanes, loop_extent(sch, x),
+                                        PACKED_ACCUMULATORS[registers])
+        f_outer, f_vectors, f_lanes = sch.split(f, [None, vectors, lanes])
+        x_outer, x_inner = sch.split(x, [None, columns])
+        sch.reorder(n, f_outer, y, x_outer, rc, ry, rx, f_vectors, x_inner, f_lanes)
+        tile_f, *tile_x = epilogue_at(sch, last, x_outer)  # the tile's channels, then columns
+        f_blocks, f_lane = sch.split(tile_f, [None, lanes])
+        sch.reorder(*tile_x, f_blocks, f_lane)
+        # padding, when not per task, first: parallel over channels
+        finish_register_tile(sch, conv, epilogue_loops=tile_x, epilogue_lane=f_lane,
+                             task_loops=[n, f_outer, y], tile=[f_vectors, x_inner], lane=f_lanes,
+                             first_reduction=rc, prologue=prologue, prologue_depth=2)
+        return sch.mod["main"].with_attr(PACKED_WEIGHTS_ATTR, [weight_index, lanes])

@@ -1,0 +1,54 @@
+"""TVM dlight's rules as table rules: the GPU column of the table, and two CPU rules."""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import error_message
+from ..layers import LAYER_KINDS
+from .rule import Rule
+
+logger = logging.getLogger(__name__)
+
+# dlight's GPU rules, in dlight's own order: the specific ones first, Fallback last.
+GPU_RULE_NAMES = ("Matmul", "GEMV", "Reduction", "GeneralReduction", "Fallback")
+
+
+class DlightRule(Rule):
+    """One dlight rule class (``tvm.s_tir.dlight.<package>.<rule_name>``) applied to a
+    kernel."""
+
+    def __init__(self, package: str, rule_name: str, description: str | None = None,
+                 kinds=LAYER_KINDS, families=None):
+        self.package, self.rule_name = package, rule_name
+        self.name = f"dlight.{package}.{rule_name}"
+        self.description = description or f"TVM dlight {package.upper()} rule {rule_name}"
+        self.kinds = tuple(kinds)
+        self.families = tuple(families or (("cpu",) if package == "cpu" else ("cuda", "other")))
+
+    def apply(self, func, target):
+        from tvm import s_tir
+        from tvm.s_tir import dlight as dl
+
+        rule = getattr(getattr(dl, self.package), self.rule_name)()
+        try:
+            with target:
+                result = rule.apply(func, target, False)
+        except (s_tir.ScheduleError, AssertionError) as err:
+            # dlight declines some kernels by failing a schedule step or one of its asserts
+            # (gpu.Matmul on a convolution with a residual add: "There are some consumers of
+            # the cache-write stage that are not properly inlined"): the next rule's kernel
+            logger.debug("%s declines the kernel: %s", self.name, error_message(err))
+            return None
+        if result is None:
+            return None
+        sch = result[0] if isinstance(result, list) else result
+        return sch.mod["main"]
+
+
+def gpu_rules() -> list[Rule]:
+    """dlight's GPU rules for every layer kind: a GPU kernel must be scheduled."""
+    return [DlightRule("gpu", name) for name in GPU_RULE_NAMES]
+
+
+__all__ = ["DlightRule", "gpu_rules"]

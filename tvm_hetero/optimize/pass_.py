@@ -1,0 +1,127 @@
+"""The OptimizeLayers pass: every kernel scheduled by the table's rules for its own device.
+
+Each layer's kernel is scheduled by the rules of ITS device: in a CPU + CUDA module a CPU
+layer and a CUDA layer get different rules. Rules are tried in order; the first that returns a
+scheduled function wins. A layer no rule schedules keeps TVM's default loops, with a logged
+reason (GPU layers must be scheduled: an unscheduled GPU kernel is a build error, never silent
+host code).
+
+A rule that raises is a bug in that rule: in use it is logged as one warning naming the rule
+and the kernel, and the next rule is tried; with ``TVM_HETERO_STRICT_RULES=1`` (the test
+suite sets it) it is a :class:`~tvm_hetero.errors.BuildError` naming both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from ..errors import BuildError, error_message
+from ..layers import OP_KINDS_ATTR, kernel_kind
+from .gpu import GPU_RULE_NAMES
+from .repack import repack_weight_arguments
+from .rule import family_of
+from .table import rules_for
+
+logger = logging.getLogger(__name__)
+
+# The rule name of a kernel scheduled by its MetaSchedule-tuned schedule.
+TUNED = "meta-schedule"
+# Set to 1: a rule that raises fails the build instead of passing the kernel on.
+STRICT_RULES_ENV = "TVM_HETERO_STRICT_RULES"
+
+
+def strict_rules() -> bool:
+    """Whether a raising rule is an error (``TVM_HETERO_STRICT_RULES=1``)."""
+    return os.environ.get(STRICT_RULES_ENV, "") not in ("", "0")
+
+
+def optimize_function(func, target, name: str = "main"):
+    """Schedule one kernel (called `name` in messages) by the table; returns
+    ``(func, rule name or None)``."""
+    kind = kernel_kind(func)
+    for rule in rules_for(family_of(target), kind):
+        try:
+            scheduled = rule.apply(func, target)
+        except Exception as err:  # noqa: BLE001 (a rule's bug: any exception)
+            if strict_rules():
+                raise BuildError(f"rule {rule.name} raised on kernel {name}: "
+                                 f"{error_message(err)}") from err
+            logger.warning("rule %s raised on kernel %s, trying the next rule: %s",
+                           rule.name, name, error_message(err))
+            continue
+        if scheduled is not None:
+            keep = {k: v for k, v in func.attrs.items()} if func.attrs is not None else {}
+            return scheduled.with_attrs(keep) if keep else scheduled, rule.name
+    return func, None
+
+
+def OptimizeLayers(tuning=None, chosen: dict | None = None):  # noqa: N802 (TVM pass style)
+    """A module pass scheduling every PrimFunc that has a target by its (family, kind) rules.
+
+    A kernel scheduled with a packed weight (the ``packed-weights`` rule) changes its weight
+    parameter's layout; the pass then gives it its weight in that layout
+    (:func:`~tvm_hetero.optimize.repack.repack_weight_arguments`).
+
+    Parameters
+    ----------
+    tuning : TuningDatabase, optional
+        Kernels tuned there (and measured faster than the rules) take their tuned schedule.
+    chosen : dict, optional
+        Filled with ``{kernel name: rule name}`` (``"meta-schedule"`` for tuned kernels,
+        None where TVM's default loops stay).
+    """
+    import tvm
+    from tvm import tirx
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_hetero.OptimizeLayers")
+    def optimize_layers(mod, _ctx):
+        out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,
+                           global_infos=mod.global_infos)
+        for gv, func in mod.functions_items():
+            if not isinstance(func, tirx.PrimFunc) or func.attrs is None \
+                    or "target" not in func.attrs or OP_KINDS_ATTR not in func.attrs:
+                continue
+            target = func.attrs["target"]
+            tuned = tuning.schedule(func, target) if tuning is not None else None
+            if tuned is not None:
+                scheduled, rule = tuned, TUNED
+            else:
+                scheduled, rule = optimize_function(func, target, gv.name_hint)
+            if rule is None:
+                if family_of(target) != "cpu":
+                    raise BuildError(f"no rule schedules kernel {gv.name_hint} for "
+                                     f"{target.kind.name}: it would silently run as host code")
+                logger.info("kernel %s keeps TVM's default loops: no CPU rule applies",
+                            gv.name_hint)
+            if chosen is not None:
+                chosen[gv.name_hint] = rule
+            out[gv] = scheduled
+        return repack_weight_arguments(out)
+
+    return optimize_layers
+
+
+def schedule_passes(devices, optimize: bool = True, tuning=None,
+                    chosen: dict | None = None) -> list:
+    """Per-target scheduling of the placed kernels.
+
+    With `optimize` (the default) every kernel is scheduled by the optimization table's rules
+    for its own device. Without it CPU kernels keep TVM's default loops; GPU kernels are
+    always scheduled (dlight's GPU rules), since an unscheduled GPU kernel silently becomes
+    host code. `tuning` (a TuningDatabase) gives tuned kernels their tuned schedule; `chosen`
+    collects ``{kernel: rule}``.
+    """
+    from tvm.s_tir import dlight as dl
+
+    if optimize:
+        return [OptimizeLayers(tuning, chosen)]
+    passes = []
+    if any(dev.family != "cpu" for dev in devices):
+        passes.append(dl.ApplyDefaultSchedule(*(getattr(dl.gpu, name)()
+                                                for name in GPU_RULE_NAMES)))
+    return passes
+
+
+__all__ = ["OptimizeLayers", "STRICT_RULES_ENV", "TUNED", "optimize_function",
+           "schedule_passes", "strict_rules"]

@@ -1,0 +1,98 @@
+"""The optimization table, declared in one place: (device family, layer kind) -> the rules
+tried in order, the first that returns a scheduled kernel wins.
+
+Adding a rule: write its class (one file under ``cpu/``) and name it in :func:`default_table`
+where it should be tried. ``register_rule`` adds one at run time (a user's own rule).
+"""
+
+from __future__ import annotations
+
+from ..layers import LAYER_KINDS
+from .cpu import (BlockedNCHWc, ConcatCopies, LayoutCopies, PackedWeights, ParallelLoops,
+                  PixelLanes1x1, PoolingRows, ReductionChains, SplitKGemv, Tiled, Winograd)
+from .cpu.packed_weights import tiled_fits_better
+from .gpu import DlightRule, gpu_rules
+from .rule import FAMILIES, Rule
+
+# Bumped whenever a default rule changes the code it generates (or how kernels are timed: 4 is
+# the first with TVM's runtime on every CPU thread; 6 has pooling-rows,
+# 7 sends residual convolutions with whole tiled vectors to tiled, 8 sends every 1x1
+# stride-1 convolution to pixel-lanes-1x1, 9 has concat-copies, reduction-chains and
+# split-k-gemv, 10 blocked-nchwc and blocked pools, 11 pads small convolutions' input per
+# parallel task and compares tuned kernels in alternating rounds): tuned-vs-rules comparisons
+# stored in a tuning database under another version are measured again.
+RULES_VERSION = 12
+
+
+def default_table() -> dict[tuple[str, str], list[Rule]]:
+    """The default rules of every (family, kind) pair, in the order they are tried."""
+    parallel = ParallelLoops()  # every CPU kind: the catch-all, TVM's loops made parallel
+    table = {}
+    for kind in LAYER_KINDS:
+        table[("cpu", kind)] = [parallel]
+        table[("cuda", kind)] = gpu_rules()  # a GPU kernel must be scheduled: Fallback last
+        table[("other", kind)] = gpu_rules()
+    table[("cpu", "conv2d")] = [
+        Winograd(),  # only the kernels preparation wrote as Winograd: nothing else fits them
+        BlockedNCHWc(),  # only convolutions preparation put in the blocked layout
+        PixelLanes1x1(),  # NCHW 1x1 stride-1: lanes along the pixels beat lanes along channels
+        # packed (lanes along the output channels) before tiled, except where tiled gets whole
+        # vectors and packed would gather a residual or re-load a short reduction's weights
+        PackedWeights().unless(tiled_fits_better, "tiled's lanes are whole vectors there"),
+        Tiled(),  # grouped and depthwise convolutions, ragged channel counts
+        parallel,
+    ]
+    table[("cpu", "matmul")] = [
+        SplitKGemv(),  # large [reduction, output] matrix-vector products only
+        Tiled(),
+        DlightRule("cpu", "GEMV", "TVM dlight CPU rule for matrix-vector products",
+                   kinds=("matmul",)),  # [output, reduction] weights, which tiled declines
+        parallel,
+    ]
+    # windowed pools row by row; global pools (a window of its own per output) as chains
+    table[("cpu", "pooling")] = [PoolingRows(), ReductionChains(), parallel]
+    # several outputs per task (independent add chains) first; dlight's reduction rule only
+    # gets what parallel-loops declines (kernels too small for the thread pool)
+    table[("cpu", "reduction")] = [
+        ReductionChains(), parallel,
+        DlightRule("cpu", "Reduction", "TVM dlight CPU rule for reductions",
+                   kinds=("reduction",)),
+    ]
+    # concatenations and layout transforms are elementwise; each rule declines the other's
+    table[("cpu", "elementwise")] = [ConcatCopies(), LayoutCopies(), parallel]
+    return table
+
+
+_TABLE: dict[tuple[str, str], list[Rule]] = default_table()
+
+
+def register_rule(family: str, kind: str, rule: Rule, first: bool = True) -> None:
+    """Add `rule` for layers of `kind` on devices of `family` (tried first by default)."""
+    if family not in FAMILIES or kind not in LAYER_KINDS:
+        raise ValueError(f"unknown (family, kind) ({family!r}, {kind!r}): families "
+                         f"{FAMILIES}, kinds {LAYER_KINDS}")
+    if not rule.serves(family, kind):
+        raise ValueError(f"rule {rule.name!r} serves kinds {rule.kinds} on families "
+                         f"{rule.families}, not ({family!r}, {kind!r})")
+    rules = _TABLE.setdefault((family, kind), [])
+    rules.insert(0, rule) if first else rules.append(rule)
+
+
+def reset_table() -> None:
+    """Back to the default rules."""
+    _TABLE.clear()
+    _TABLE.update(default_table())
+
+
+def rules_for(family: str, kind: str) -> list[Rule]:
+    return list(_TABLE.get((family, kind), []))
+
+
+def table_rows() -> list[tuple[str, str, list[str]]]:
+    """``(family, layer kind, rule names)`` for every entry of the table."""
+    return [(family, kind, [r.name for r in _TABLE[(family, kind)]])
+            for family in FAMILIES for kind in LAYER_KINDS]
+
+
+__all__ = ["RULES_VERSION", "default_table", "register_rule", "reset_table", "rules_for",
+           "table_rows"]
