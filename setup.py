@@ -12,7 +12,8 @@ setup(
     packages=find_packages(include=["tvm_hetero", "tvm_hetero.*"]),
     install_requires=[
         "apache-tvm==0.27.0.post1",
-        # 0.1.15.post2 segfaults in tvm.ir.save_json (see docs/tvm-notes.md)
+        # 0.1.15.post2 segfaults in tvm.ir.save_json (docs/design.md, "TVM 0.27 behaviours
+        # worked around")
         "apache-tvm-ffi==0.1.14.post1",
         "numpy>=1.26",
         "onnx>=1.16",
