@@ -198,12 +198,13 @@ def main() -> None:
         ratio = row["ours_ms"] / row["ort_ms"]
         if row["name"] not in failures:
             ratios[row["name"]] = ratio
-        ksum = sum(k["ms"] for k in row["kernels"] if k["ms"] is not None)
+        ksum = f"{sum(k['ms'] for k in row['kernels']):.3f}" if not args.no_kernel_times \
+            else "-"
         mark = " WRONG" if row["name"] in failures else ""
         print(f"{row['name']:<20}{row['ort_ms']:>10.3f}{row['ours_ms']:>10.3f}{ratio:>10.2f}"
               f"{len(row['kernels']):>8}"
               f"{sum(1 for k in row['kernels'] if k['rule'] is None):>10}"
-              f"{row['error']:>10.1e}{ksum:>12.3f}{mark}")
+              f"{row['error']:>10.1e}{ksum:>12}{mark}")
     for name, why in failures.items():
         if name not in {r["name"] for r in rows}:
             print(f"{name:<20} FAILED: {why}")
@@ -223,8 +224,9 @@ def main() -> None:
                 entry["models"].add(row["name"])
                 entry["layers"] += 1
                 entry["ms"] += k["ms"] or 0.0
-    for klass, entry in sorted(census.items(), key=lambda kv: -kv[1]["ms"]):
-        print(f"  {klass:<60} {entry['layers']:>4} layers {entry['ms']:>9.3f} ms  "
+    for klass, entry in sorted(census.items(), key=lambda kv: (-kv[1]["ms"], -kv[1]["layers"])):
+        ms = "" if args.no_kernel_times else f"{entry['ms']:>9.3f} ms"
+        print(f"  {klass:<60} {entry['layers']:>4} layers {ms}  "
               f"{', '.join(sorted(entry['models']))}")
 
     if not args.no_kernel_times:
