@@ -156,7 +156,11 @@ def main() -> None:
     if args.target_mcpu:
         spec = json.dumps({"kind": "llvm", "mcpu": args.target_mcpu,
                            "num-cores": host_num_cores(), "name": "cpu"})
-    device_set = th.DeviceSet.parse([spec])
+    try:
+        device_set = th.DeviceSet.parse([spec])
+    except th.DeviceError as err:
+        print(f"Error: {err}")
+        sys.exit(2)
     target = device_set.devices[0].target
     threads = host_num_cores()
     print(f"CPU: {cpu_name()}, {threads} cores; target {json.dumps(target)}")
