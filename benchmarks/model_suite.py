@@ -1,0 +1,278 @@
+"""The architecture suite against onnxruntime: every model all on one CPU device through
+tvm_hetero's default rules (no tuning), checked against onnxruntime, then rounds alternating
+onnxruntime (CPU provider, same thread count) and tvm_hetero, the best median of each.
+
+    python benchmarks/model_suite.py [--models a,b] [--rounds 3] [--list]
+                                     [--target-mcpu haswell | --device SPEC]
+                                     [--no-kernel-times] [--json out.json]
+
+Prints the ratio tvm_hetero / onnxruntime per model, the geometric mean and the worst, the CPU
+(/proc/cpuinfo) and the target; then a kernel census: every kernel no rule scheduled
+(``compiled.stats.rules`` None: TVM's default loops), by layer kind and fused ops, and (unless
+--no-kernel-times) each kernel timed alone under the rules the build chose
+(``tvm_hetero.profiles.kernel_for``), summed per kernel class, to attribute the time.
+Models: ``benchmarks/suite_models.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+import onnxruntime as ort
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from suite_models import SUITE  # noqa: E402
+
+import tvm_hetero as th  # noqa: E402
+from tvm_hetero.devices import host_num_cores  # noqa: E402
+from tvm_hetero.layers import layered_module  # noqa: E402
+from tvm_hetero.profiles import kernel_for, time_kernel  # noqa: E402
+from tvm_hetero.testing import max_relative_error  # noqa: E402
+
+TOLERANCE = 1e-3  # max |ours - ort| / max |ort| over the outputs
+SETTLE_S = 0.5
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def kernel_class(layer, rule) -> str:
+    """A kernel's class for the census: layer kind, the rule (or None), the fused ops."""
+    ops = []
+    for op in layer.op_kinds:  # repeated ops once, in order
+        if op not in ops:
+            ops.append(op)
+    return f"{layer.kind} [{rule}] {'+'.join(ops)}"
+
+
+def shape_text(layer) -> str:
+    return " ".join("x".join(map(str, t.shape)) for t in layer.inputs) + " -> " + \
+        " ".join("x".join(map(str, t.shape)) for t in layer.outputs)
+
+
+def ort_op_times(proto, feed, runs: int = 20) -> dict[str, float]:
+    """onnxruntime's own profile: ms per run by op type (its fused node kinds)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = host_num_cores()
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    options.enable_profiling = True
+    options.profile_file_prefix = os.path.join(tempfile.gettempdir(), "model_suite_ort")
+    session = ort.InferenceSession(proto.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    for _ in range(3 + runs):
+        session.run(None, feed)
+    path = session.end_profiling()
+    with open(path) as handle:
+        events = json.load(handle)
+    os.remove(path)
+    totals: dict[str, list[float]] = defaultdict(list)
+    for event in events:
+        args = event.get("args", {})
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            totals[args.get("op_name", "?")].append(event["dur"] / 1e3)
+    # the last `runs` calls of each node (the first 3 are warm-up)
+    nodes = {op: len(durs) // (3 + runs) for op, durs in totals.items()}
+    return {op: sum(durs[-runs * max(nodes[op], 1):]) / runs for op, durs in totals.items()}
+
+
+def prepare(name, device_set, kernel_times):
+    """Build one model, check it against onnxruntime, census its kernels."""
+    proto, feed = SUITE[name]()
+    model = th.load_model(proto, name=name)
+    inputs = {spec.name: feed[spec.source_name or spec.name] for spec in model.inputs}
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = host_num_cores()
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(proto.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    want = session.run(None, feed)
+    ort_ops = ort_op_times(proto, feed)
+    start = time.perf_counter()
+    device = device_set.devices[0]
+    compiled = th.build(model, f"all:{device.name}", device_set)
+    build_s = time.perf_counter() - start
+    error = max_relative_error(compiled.run(inputs), want)
+    layers = th.extract_layers(model)
+    rules = compiled.stats.rules
+    kernels = []
+    mod = layered_module(model) if kernel_times else None
+    timed: dict[str, tuple[float, str | None]] = {}
+    for layer in layers:
+        rule = rules.get(layer.func_name, "?")
+        ms = None
+        if kernel_times:
+            if layer.func_name not in timed:
+                chosen: dict = {}
+                func = mod[mod.get_global_var(layer.func_name)]
+                lib, scheduled = kernel_for(func, device, chosen)
+                timed[layer.func_name] = (time_kernel(lib, scheduled, device), chosen.get("main"))
+            ms = timed[layer.func_name][0]
+        kernels.append(dict(layer=layer.name, func=layer.func_name, kind=layer.kind,
+                            ops=list(layer.op_kinds), rule=rule, shape=shape_text(layer),
+                            param_mb=layer.param_bytes / 2**20, gflop=layer.flops / 1e9,
+                            klass=kernel_class(layer, rule), ms=ms))
+    return dict(name=name, model=model, compiled=compiled, inputs=inputs, session=session,
+                feed=feed, ort_ops=ort_ops, error=error, build_s=build_s, kernels=kernels,
+                ort_ms=math.inf, ours_ms=math.inf)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(SUITE))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--list", action="store_true", help="print the model names and exit")
+    parser.add_argument("--device", default="cpu", help="the tvm_hetero device (default cpu)")
+    parser.add_argument("--target-mcpu", help="an LLVM CPU for the device (haswell: AVX2)")
+    parser.add_argument("--no-kernel-times", action="store_true")
+    parser.add_argument("--json", help="write the raw figures here")
+    args = parser.parse_args()
+    if args.list:
+        print("\n".join(SUITE))
+        return
+    names = [n for n in args.models.split(",") if n]
+    unknown = [n for n in names if n not in SUITE]
+    if unknown:
+        print(f"Error: unknown model(s) {', '.join(unknown)}; --list shows the suite")
+        sys.exit(2)
+    spec = args.device
+    if args.target_mcpu:
+        spec = json.dumps({"kind": "llvm", "mcpu": args.target_mcpu,
+                           "num-cores": host_num_cores(), "name": "cpu"})
+    try:
+        device_set = th.DeviceSet.parse([spec])
+    except th.DeviceError as err:
+        print(f"Error: {err}")
+        sys.exit(2)
+    target = device_set.devices[0].target
+    threads = host_num_cores()
+    print(f"CPU: {cpu_name()}, {threads} cores; target {json.dumps(target)}")
+    print(f"onnxruntime {ort.__version__} CPU provider, {threads} intra-op threads; "
+          f"tvm_hetero default rules, no tuning; tolerance {TOLERANCE} (max abs error / max abs)")
+
+    rows, failures = [], {}
+    for name in names:
+        start = time.perf_counter()
+        try:
+            row = prepare(name, device_set, not args.no_kernel_times)
+        except Exception as err:  # a model the frontend or a rule cannot take: a result
+            failures[name] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
+            print(f"{name}: FAILED {failures[name]}", flush=True)
+            continue
+        unscheduled = sum(1 for k in row["kernels"] if k["rule"] is None)
+        print(f"{name}: built in {row['build_s']:.1f} s, {len(row['kernels'])} layers, "
+              f"{unscheduled} unscheduled, error {row['error']:.1e}, "
+              f"prepared in {time.perf_counter() - start:.0f} s", flush=True)
+        if not row["error"] <= TOLERANCE:
+            failures[name] = f"wrong answer: relative error {row['error']:.2e}"
+        rows.append(row)
+
+    for _ in range(args.rounds):
+        for row in rows:
+            repeat = args.repeat
+            session, feed = row["session"], row["feed"]
+            time.sleep(SETTLE_S)
+            row["ort_ms"] = min(row["ort_ms"], th.time_function(
+                lambda: session.run(None, feed), repeat=repeat).median)
+            time.sleep(SETTLE_S)
+            row["ours_ms"] = min(row["ours_ms"],
+                                 row["compiled"].benchmark(row["inputs"], repeat=repeat).median)
+
+    print(f"\n{'model':<20}{'ort ms':>10}{'ours ms':>10}{'ours/ort':>10}{'layers':>8}"
+          f"{'unsched.':>10}{'error':>10}{'kernels ms':>12}")
+    ratios = {}
+    for row in rows:
+        ratio = row["ours_ms"] / row["ort_ms"]
+        if row["name"] not in failures:
+            ratios[row["name"]] = ratio
+        ksum = f"{sum(k['ms'] for k in row['kernels']):.3f}" if not args.no_kernel_times \
+            else "-"
+        mark = " WRONG" if row["name"] in failures else ""
+        print(f"{row['name']:<20}{row['ort_ms']:>10.3f}{row['ours_ms']:>10.3f}{ratio:>10.2f}"
+              f"{len(row['kernels']):>8}"
+              f"{sum(1 for k in row['kernels'] if k['rule'] is None):>10}"
+              f"{row['error']:>10.1e}{ksum:>12}{mark}")
+    for name, why in failures.items():
+        if name not in {r["name"] for r in rows}:
+            print(f"{name:<20} FAILED: {why}")
+    if ratios:
+        geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
+        worst = max(ratios, key=ratios.get)
+        print(f"geometric mean {geomean:.2f} over {len(ratios)} models; worst {worst} "
+              f"{ratios[worst]:.2f}; <= 1.5x: {sum(r <= 1.5 for r in ratios.values())}"
+              f"/{len(ratios)}")
+
+    print("\nKernel census: kernels with no rule (TVM default loops), by class")
+    census = defaultdict(lambda: {"models": set(), "layers": 0, "ms": 0.0})
+    for row in rows:
+        for k in row["kernels"]:
+            if k["rule"] is None:
+                entry = census[k["klass"]]
+                entry["models"].add(row["name"])
+                entry["layers"] += 1
+                entry["ms"] += k["ms"] or 0.0
+    for klass, entry in sorted(census.items(), key=lambda kv: (-kv[1]["ms"], -kv[1]["layers"])):
+        ms = "" if args.no_kernel_times else f"{entry['ms']:>9.3f} ms"
+        print(f"  {klass:<60} {entry['layers']:>4} layers {ms}  "
+              f"{', '.join(sorted(entry['models']))}")
+
+    if not args.no_kernel_times:
+        print("\nTime by kernel class (each kernel timed alone, times its calls), over the suite")
+        classes = defaultdict(lambda: {"ms": 0.0, "layers": 0, "models": defaultdict(float)})
+        for row in rows:
+            for k in row["kernels"]:
+                entry = classes[k["klass"]]
+                entry["ms"] += k["ms"]
+                entry["layers"] += 1
+                entry["models"][row["name"]] += k["ms"]
+        for klass, entry in sorted(classes.items(), key=lambda kv: -kv[1]["ms"])[:40]:
+            top = sorted(entry["models"].items(), key=lambda kv: -kv[1])[:4]
+            print(f"  {klass:<60} {entry['layers']:>4} layers {entry['ms']:>9.3f} ms  "
+                  + ", ".join(f"{m} {ms:.2f}" for m, ms in top))
+        print("\nSlowest kernels per model (ms, share of the model's kernel sum)")
+        for row in rows:
+            total = sum(k["ms"] for k in row["kernels"]) or 1.0
+            top = sorted(row["kernels"], key=lambda k: -k["ms"])[:4]
+            print(f"  {row['name']} (ours {row['ours_ms']:.3f}, ort {row['ort_ms']:.3f} ms)")
+            for k in top:
+                print(f"    {k['ms']:>8.3f} {100 * k['ms'] / total:>4.0f}%  {k['klass']}  "
+                      f"{k['shape']}  {k['param_mb']:.1f} MB {k['gflop']:.3f} GFLOP")
+
+    print("\nonnxruntime's own profile: ms per run by op type, over the suite")
+    ort_total = defaultdict(lambda: {"ms": 0.0, "models": defaultdict(float)})
+    for row in rows:
+        for op, ms in row["ort_ops"].items():
+            ort_total[op]["ms"] += ms
+            ort_total[op]["models"][row["name"]] += ms
+    for op, entry in sorted(ort_total.items(), key=lambda kv: -kv[1]["ms"])[:25]:
+        top = sorted(entry["models"].items(), key=lambda kv: -kv[1])[:4]
+        print(f"  {op:<24} {entry['ms']:>9.3f} ms  " + ", ".join(f"{m} {ms:.2f}" for m, ms in top))
+
+    if args.json:
+        keys = ("name", "ort_ms", "ours_ms", "error", "build_s", "ort_ops", "kernels")
+        out = {"cpu": cpu_name(), "target": target, "threads": threads,
+               "onnxruntime": ort.__version__, "tolerance": TOLERANCE, "failures": failures,
+               "models": [{key: row[key] for key in keys} for row in rows]}
+        with open(args.json, "w") as handle:
+            json.dump(out, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,380 @@
+"""The architecture suite's models, built by code with the onnx helper API (opset 17, seeded
+random weights, nothing downloaded), plus the onnx package's light graphs with seeded weights.
+
+``SUITE`` maps a model name to a function returning ``(onnx.ModelProto, inputs)``: the inputs
+by ONNX input name (token ids in range, attention masks of zeros and ones). TVM 0.27's ONNX
+frontend does not import LSTM or GRU: those two fail with a ModelError (the suite reports them).
+MobileNetV2 is full depth; the MobileNetV3 and EfficientNet entries are three blocks each.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+class GraphBuilder:
+    """Nodes, seeded initializers and unique names for one ONNX graph."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list = []
+        self.inits: list = []
+        self.count = 0
+
+    def name(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}_{self.count}"
+
+    def const(self, array: np.ndarray, prefix: str = "c") -> str:
+        name = self.name(prefix)
+        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def weight(self, shape, fan_in: int | None = None, prefix: str = "w") -> str:
+        fan_in = fan_in or int(np.prod(shape[1:]))
+        data = self.rng.standard_normal(shape) * math.sqrt(2.0 / max(fan_in, 1))
+        return self.const(data.astype(np.float32), prefix)
+
+    def bias(self, size: int, scale: float = 0.05) -> str:
+        return self.const((self.rng.standard_normal(size) * scale).astype(np.float32), "b")
+
+    def op(self, op_type: str, inputs, **attrs) -> str:
+        out = self.name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
+        return out
+
+    def ints(self, values) -> str:
+        return self.const(np.array(values, np.int64), "shape")
+
+    def scalar(self, value: float) -> str:
+        return self.const(np.array(value, np.float32), "s")
+
+    # layers ---------------------------------------------------------------------------------
+    def conv(self, x, cin, cout, k, stride=1, group=1, pad=None, dilation=1, dims=2):
+        kernel = [k] * dims
+        pad = (k - 1) // 2 * dilation if pad is None else pad
+        w = self.weight([cout, cin // group] + kernel, fan_in=cin // group * k ** dims)
+        return self.op("Conv", [x, w, self.bias(cout)], kernel_shape=kernel,
+                       strides=[stride] * dims, pads=[pad] * (2 * dims), group=group,
+                       dilations=[dilation] * dims)
+
+    def relu6(self, x):
+        return self.op("Clip", [x, self.scalar(0.0), self.scalar(6.0)])
+
+    def silu(self, x):
+        return self.op("Mul", [x, self.op("Sigmoid", [x])])
+
+    def gemm(self, x, fin, fout):
+        return self.op("Gemm", [x, self.weight([fout, fin]), self.bias(fout)], transB=1)
+
+    def linear(self, x, fin, fout):
+        """MatMul + Add on a [.., fin] tensor (transformer style)."""
+        return self.op("Add", [self.op("MatMul", [x, self.weight([fin, fout], fan_in=fin)]),
+                               self.bias(fout)])
+
+    def layer_norm(self, x, d):
+        scale = self.const((1.0 + self.rng.standard_normal(d) * 0.05).astype(np.float32))
+        return self.op("LayerNormalization", [x, scale, self.bias(d)], axis=-1, epsilon=1e-5)
+
+    def gelu_erf(self, x):
+        inner = self.op("Erf", [self.op("Div", [x, self.scalar(math.sqrt(2.0))])])
+        return self.op("Mul", [self.op("Mul", [x, self.op("Add", [inner, self.scalar(1.0)])]),
+                               self.scalar(0.5)])
+
+    def gelu_tanh(self, x):
+        cube = self.op("Mul", [self.op("Pow", [x, self.scalar(3.0)]), self.scalar(0.044715)])
+        inner = self.op("Mul", [self.op("Add", [x, cube]), self.scalar(math.sqrt(2 / math.pi))])
+        one_plus = self.op("Add", [self.op("Tanh", [inner]), self.scalar(1.0)])
+        return self.op("Mul", [self.op("Mul", [x, one_plus]), self.scalar(0.5)])
+
+    def squeeze_excite(self, x, channels, reduced, act="relu", gate="sigmoid"):
+        pooled = self.op("GlobalAveragePool", [x])
+        hidden = self.conv(pooled, channels, reduced, 1)
+        hidden = self.op("Relu", [hidden]) if act == "relu" else self.silu(hidden)
+        scale = self.conv(hidden, reduced, channels, 1)
+        scale = self.op("HardSigmoid", [scale], alpha=1 / 6, beta=0.5) if gate == "hard" \
+            else self.op("Sigmoid", [scale])
+        return self.op("Mul", [x, scale])
+
+    def attention(self, x, seq, d, heads, mask=None):
+        """Multi-head self-attention on [1, seq, d]; `mask` an additive [1|.., seq, seq]
+        tensor broadcast over heads."""
+        dh = d // heads
+
+        def split(t, perm):
+            return self.op("Transpose", [self.op("Reshape", [t, self.ints([1, seq, heads, dh])])],
+                           perm=perm)
+
+        q = split(self.linear(x, d, d), [0, 2, 1, 3])
+        k = split(self.linear(x, d, d), [0, 2, 3, 1])
+        v = split(self.linear(x, d, d), [0, 2, 1, 3])
+        scores = self.op("Div", [self.op("MatMul", [q, k]), self.scalar(math.sqrt(dh))])
+        if mask is not None:
+            scores = self.op("Add", [scores, mask])
+        probs = self.op("Softmax", [scores], axis=-1)
+        ctx = self.op("Transpose", [self.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+        ctx = self.op("Reshape", [ctx, self.ints([1, seq, d])])
+        return self.linear(ctx, d, d)
+
+    def encoder_layer(self, x, seq, d, heads, ffn, mask=None):
+        """Post-norm (BERT) encoder layer with GELU through Erf."""
+        x = self.layer_norm(self.op("Add", [x, self.attention(x, seq, d, heads, mask)]), d)
+        hidden = self.gelu_erf(self.linear(x, d, ffn))
+        return self.layer_norm(self.op("Add", [x, self.linear(hidden, ffn, d)]), d)
+
+    def model(self, name, inputs, outputs) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, name, inputs, [], self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                                  producer_name="tvm_hetero.benchmarks.suite_models")
+        model.ir_version = 8
+        # the outputs' shapes from ONNX shape inference
+        inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+        model.graph.output.extend(inferred[o] for o in outputs)
+        onnx.checker.check_model(model)
+        return model
+
+
+def _float_input(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+
+def _normal(shape, seed=1):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def mlp(batch: int):
+    """Gemm+Relu 1024 -> 4096 -> 2048 -> 1000 (56 MB of weights)."""
+    g = GraphBuilder()
+    x = "x"
+    widths = [1024, 4096, 2048, 1000]
+    for i, (fin, fout) in enumerate(zip(widths, widths[1:])):
+        x = g.gemm(x, fin, fout)
+        if i < len(widths) - 2:
+            x = g.op("Relu", [x])
+    return (g.model(f"mlp_b{batch}", [_float_input("x", [batch, 1024])], [x]),
+            {"x": _normal([batch, 1024])})
+
+
+def wide_and_deep():
+    """Batch 8: wide Gemms 4096 -> 2048 -> 512 (34 MB) beside a small conv tower on 3x32x32
+    images, concatenated into a Gemm head with a Sigmoid."""
+    g = GraphBuilder()
+    wide = g.op("Relu", [g.gemm("dense", 4096, 2048)])
+    wide = g.op("Relu", [g.gemm(wide, 2048, 512)])
+    deep = g.op("Relu", [g.conv("image", 3, 16, 3)])
+    deep = g.op("Relu", [g.conv(deep, 16, 32, 3, stride=2)])
+    deep = g.op("Relu", [g.conv(deep, 32, 64, 3, stride=2)])
+    deep = g.op("Flatten", [g.op("GlobalAveragePool", [deep])])
+    both = g.op("Concat", [wide, deep], axis=1)
+    out = g.op("Sigmoid", [g.gemm(g.op("Relu", [g.gemm(both, 576, 256)]), 256, 1)])
+    inputs = [_float_input("dense", [8, 4096]), _float_input("image", [8, 3, 32, 32])]
+    return g.model("wide_and_deep", inputs, [out]), {"dense": _normal([8, 4096]),
+                                                      "image": _normal([8, 3, 32, 32], 2)}
+
+
+def bert_layer(seq: int = 128, d: int = 768, heads: int = 12, vocab: int = 8192):
+    """BERT-base-shaped: int64 token ids and attention mask, embedding Gather (a vocabulary of
+    8192, not 30522, to keep the graph small), position embeddings, LayerNorm, one encoder layer
+    (GELU through Erf, FFN 3072)."""
+    g = GraphBuilder()
+    table = g.const((g.rng.standard_normal([vocab, d]) * 0.02).astype(np.float32), "emb")
+    x = g.op("Gather", [table, "input_ids"], axis=0)
+    positions = g.const((g.rng.standard_normal([1, seq, d]) * 0.02).astype(np.float32), "pos")
+    x = g.layer_norm(g.op("Add", [x, positions]), d)
+    mask = g.op("Cast", ["attention_mask"], to=TensorProto.FLOAT)
+    mask = g.op("Mul", [g.op("Sub", [g.scalar(1.0), mask]), g.scalar(-10000.0)])
+    mask = g.op("Unsqueeze", [mask, g.ints([1, 2])])  # [1, 1, 1, seq]
+    out = g.encoder_layer(x, seq, d, heads, 4 * d, mask)
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, seq])]
+    rng = np.random.default_rng(3)
+    attention_mask = np.ones([1, seq], np.int64)
+    attention_mask[:, seq - seq // 4:] = 0  # padded tail
+    return g.model("bert_layer", inputs, [out]), {
+        "input_ids": rng.integers(0, vocab, [1, seq]).astype(np.int64),
+        "attention_mask": attention_mask}
+
+
+def gpt2_block(seq: int = 128, d: int = 768, heads: int = 12):
+    """Pre-norm decoder block: causal mask (additive constant), GELU through Tanh."""
+    g = GraphBuilder()
+    causal = np.triu(np.full([seq, seq], -1e9, np.float32), k=1)[None, None]
+    attn = g.attention(g.layer_norm("x", d), seq, d, heads, g.const(causal, "causal"))
+    x = g.op("Add", ["x", attn])
+    hidden = g.gelu_tanh(g.linear(g.layer_norm(x, d), d, 4 * d))
+    out = g.op("Add", [x, g.linear(hidden, 4 * d, d)])
+    return (g.model("gpt2_block", [_float_input("x", [1, seq, d])], [out]),
+            {"x": _normal([1, seq, d])})
+
+
+def vit(d: int = 768, heads: int = 12, patch: int = 16):
+    """ViT-B/16 shaped: 16x16 stride-16 patch Conv, class token, position embeddings, one
+    encoder layer, LayerNorm, a 1000-class head on the class token."""
+    g = GraphBuilder()
+    tokens = (224 // patch) ** 2
+    x = g.conv("image", 3, d, patch, stride=patch, pad=0)
+    x = g.op("Transpose", [g.op("Reshape", [x, g.ints([1, d, tokens])])], perm=[0, 2, 1])
+    cls = g.const((g.rng.standard_normal([1, 1, d]) * 0.02).astype(np.float32), "cls")
+    x = g.op("Concat", [cls, x], axis=1)
+    pos = g.const((g.rng.standard_normal([1, tokens + 1, d]) * 0.02).astype(np.float32), "pos")
+    x = g.encoder_layer(g.op("Add", [x, pos]), tokens + 1, d, heads, 4 * d)
+    first = g.op("Gather", [g.layer_norm(x, d), g.const(np.array(0, np.int64))], axis=1)
+    out = g.gemm(first, d, 1000)
+    return (g.model("vit", [_float_input("image", [1, 3, 224, 224])], [out]),
+            {"image": _normal([1, 3, 224, 224])})
+
+
+def mobilenet_v2():
+    """Full-depth MobileNetV2 1.0 at 224x224 (batch norm folded into conv biases)."""
+    g = GraphBuilder()
+    x = g.relu6(g.conv("image", 3, 32, 3, stride=2))
+    cin = 32
+    for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            y = g.relu6(g.conv(x, cin, hidden, 1)) if t != 1 else x
+            y = g.relu6(g.conv(y, hidden, hidden, 3, stride=stride, group=hidden))
+            y = g.conv(y, hidden, c, 1)
+            x = g.op("Add", [x, y]) if stride == 1 and cin == c else y
+            cin = c
+    x = g.relu6(g.conv(x, cin, 1280, 1))
+    out = g.gemm(g.op("Flatten", [g.op("GlobalAveragePool", [x])]), 1280, 1000)
+    return (g.model("mobilenet_v2", [_float_input("image", [1, 3, 224, 224])], [out]),
+            {"image": _normal([1, 3, 224, 224])})
+
+
+def _hardswish_block(g, x, cin, hidden, cout, k, stride):
+    y = g.op("HardSwish", [g.conv(x, cin, hidden, 1)])
+    y = g.op("HardSwish", [g.conv(y, hidden, hidden, k, stride=stride, group=hidden)])
+    y = g.squeeze_excite(y, hidden, hidden // 4, gate="hard")
+    y = g.conv(y, hidden, cout, 1)
+    return g.op("Add", [x, y]) if stride == 1 and cin == cout else y
+
+
+def mobilenet_v3_block():
+    """MobileNetV3-Large's stage 5 on 1x40x28x28: HardSwish, depthwise 3x3 and 5x5,
+    squeeze-and-excite with a HardSigmoid gate, three blocks."""
+    g = GraphBuilder()
+    x = _hardswish_block(g, "x", 40, 240, 80, 3, 2)
+    x = _hardswish_block(g, x, 80, 200, 80, 3, 1)
+    x = _hardswish_block(g, x, 80, 480, 112, 5, 1)
+    return (g.model("mobilenet_v3_block", [_float_input("x", [1, 40, 28, 28])], [x]),
+            {"x": _normal([1, 40, 28, 28])})
+
+
+def efficientnet_block():
+    """EfficientNet-B0's MBConv6 5x5 blocks on 1x40x28x28: SiLU, depthwise 5x5 (stride 2 then
+    1), squeeze-and-excite with SiLU and a Sigmoid gate, residual."""
+    g = GraphBuilder()
+    x, cin = "x", 40
+    for cout, stride in [(80, 2), (80, 1), (112, 1)]:
+        hidden = cin * 6
+        y = g.silu(g.conv(x, cin, hidden, 1))
+        y = g.silu(g.conv(y, hidden, hidden, 5, stride=stride, group=hidden))
+        y = g.squeeze_excite(y, hidden, max(cin // 4, 1), act="silu")
+        y = g.conv(y, hidden, cout, 1)
+        x = g.op("Add", [x, y]) if stride == 1 and cin == cout else y
+        cin = cout
+    return (g.model("efficientnet_block", [_float_input("x", [1, 40, 28, 28])], [x]),
+            {"x": _normal([1, 40, 28, 28])})
+
+
+def tcn():
+    """1-D temporal conv net on 1x64x1024: a 1x1 input conv then four residual blocks of two
+    dilated (1, 2, 4, 8) kernel-3 Conv1d + Relu, 128 channels; a 1x1 head."""
+    g = GraphBuilder()
+    x = g.conv("x", 64, 128, 1, dims=1)
+    for dilation in (1, 2, 4, 8):
+        y = g.op("Relu", [g.conv(x, 128, 128, 3, dilation=dilation, dims=1)])
+        y = g.op("Relu", [g.conv(y, 128, 128, 3, dilation=dilation, dims=1)])
+        x = g.op("Add", [x, y])
+    out = g.conv(x, 128, 32, 1, dims=1)
+    return (g.model("tcn", [_float_input("x", [1, 64, 1024])], [out]),
+            {"x": _normal([1, 64, 1024])})
+
+
+def unet():
+    """Small U-Net on 1x3x128x128: two down levels (3x3 conv pairs, MaxPool), a bottleneck,
+    nearest-neighbour Resize up, Concat skips, a 1x1 head."""
+    g = GraphBuilder()
+
+    def double(x, cin, cout):
+        return g.op("Relu", [g.conv(g.op("Relu", [g.conv(x, cin, cout, 3)]), cout, cout, 3)])
+
+    def up(x):
+        return g.op("Resize", [x, "", g.const(np.array([1, 1, 2, 2], np.float32))],
+                    mode="nearest")
+
+    e1 = double("image", 3, 32)
+    e2 = double(g.op("MaxPool", [e1], kernel_shape=[2, 2], strides=[2, 2]), 32, 64)
+    b = double(g.op("MaxPool", [e2], kernel_shape=[2, 2], strides=[2, 2]), 64, 128)
+    d2 = double(g.op("Concat", [up(b), e2], axis=1), 192, 64)
+    d1 = double(g.op("Concat", [up(d2), e1], axis=1), 96, 32)
+    out = g.conv(d1, 32, 2, 1)
+    return (g.model("unet", [_float_input("image", [1, 3, 128, 128])], [out]),
+            {"image": _normal([1, 3, 128, 128])})
+
+
+def recurrent(op_type: str, seq: int = 32, features: int = 256, hidden: int = 512):
+    """One LSTM or GRU layer over [seq 32, batch 1, 256], hidden 512, then its last output."""
+    g = GraphBuilder()
+    gates = 4 if op_type == "LSTM" else 3
+    w = g.weight([1, gates * hidden, features], fan_in=features)
+    r = g.weight([1, gates * hidden, hidden], fan_in=hidden)
+    b = g.const((g.rng.standard_normal([1, 2 * gates * hidden]) * 0.05).astype(np.float32))
+    outs = [g.name("y"), g.name("y_h")]
+    g.nodes.append(helper.make_node(op_type, ["x", w, r, b], outs, hidden_size=hidden))
+    return (g.model(op_type.lower(), [_float_input("x", [seq, 1, features])], [outs[1]]),
+            {"x": _normal([seq, 1, features])})
+
+
+def light(name: str):
+    """The onnx package's light graph with seeded weights, its initializers off the input
+    list."""
+    from tvm_hetero.testing import light_model
+
+    model = light_model(name)
+    strip_initializer_inputs(model)
+    specs = [(v.name, [d.dim_value for d in v.type.tensor_type.shape.dim])
+             for v in model.graph.input]
+    return model, {name: _normal(shape) for name, shape in specs}
+
+
+def strip_initializer_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Remove the initializers from the graph inputs (in place): onnxruntime folds only
+    initializers that are not also inputs."""
+    inits = {init.name for init in model.graph.initializer}
+    keep = [v for v in model.graph.input if v.name not in inits]
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+    model.ir_version = max(model.ir_version, 4)
+    return model
+
+
+SUITE = {
+    "mlp_b1": lambda: mlp(1),
+    "mlp_b8": lambda: mlp(8),
+    "mlp_b64": lambda: mlp(64),
+    "wide_and_deep": wide_and_deep,
+    "bert_layer": bert_layer,
+    "gpt2_block": gpt2_block,
+    "vit": vit,
+    "mobilenet_v2": mobilenet_v2,
+    "mobilenet_v3_block": mobilenet_v3_block,
+    "efficientnet_block": efficientnet_block,
+    "tcn": tcn,
+    "unet": unet,
+    "lstm": lambda: recurrent("LSTM"),
+    "gru": lambda: recurrent("GRU"),
+    **{name: (lambda name=name: light(name))
+       for name in ("resnet50", "densenet121", "inception_v1", "inception_v2", "shufflenet",
+                    "vgg19", "zfnet512", "bvlc_alexnet", "squeezenet")},
+}
