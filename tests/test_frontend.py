@@ -125,3 +125,42 @@ def test_torch_exported_program():
     compiled = th.build(model, "all:cpu", ["cpu"])
     out = compiled.run([example.numpy()])
     np.testing.assert_allclose(out[0], net(example).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def slash_named_model():
+    """MatMul + Relu whose input is named like ResNet-50's (``gpu_0/data_0``), next to a
+    tensor already called ``gpu_0_data_0``."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(3)
+    x = helper.make_tensor_value_info("gpu_0/data_0", TensorProto.FLOAT, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
+    weight = numpy_helper.from_array(rng.standard_normal((8, 8)).astype("float32"), "gpu_0/w")
+    nodes = [helper.make_node("MatMul", ["gpu_0/data_0", "gpu_0/w"], ["gpu_0_data_0"]),
+             helper.make_node("Relu", ["gpu_0_data_0"], ["y"])]
+    graph = helper.make_graph(nodes, "slash", [x], [y], [weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_input_names_that_are_no_c_identifiers_compile_for_cuda():
+    import re
+
+    from tvm_hetero.testing import max_relative_error, onnx_reference
+
+    onnx_model = slash_named_model()
+    model = th.load_model(onnx_model, name="slash")
+    (spec,) = model.inputs
+    assert spec.source_name == "gpu_0/data_0"
+    assert re.fullmatch(r"[A-Za-z_]\w*", spec.name) and spec.name != "gpu_0_data_0"
+    assert onnx_model.graph.input[0].name == "gpu_0/data_0"  # the caller's model is unchanged
+    compiled = th.build(model, "all:cuda", ["cpu", "cuda@sm_90"])
+    cuda_lib = compiled.libs[str(compiled.devices["cuda"].tvm_target())]
+    (cuda,) = [m for m in cuda_lib.imports if m.kind == "cuda"]
+    kernel = r"__global__ void (?:__launch_bounds__\(\d+\) )?\w+\(([^)]*)\)"
+    signatures = re.findall(kernel, cuda.inspect_source())
+    params = [param.split()[-1] for sig in signatures for param in sig.split(",")]
+    assert params and all(re.fullmatch(r"[A-Za-z_]\w*", p) for p in params), params
+    # the source name still works for inputs, and the CPU build agrees with onnxruntime
+    inputs = {"gpu_0/data_0": np.random.default_rng(0).standard_normal((1, 8)).astype("float32")}
+    got = th.build(model, "all:cpu", ["cpu"]).run(inputs)
+    assert max_relative_error(got, onnx_reference(onnx_model, inputs)) < 1e-5

@@ -12,6 +12,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +108,49 @@ def _onnx_input_specs(model) -> list[tuple[str, list, str]]:
     return out
 
 
+def _rename_graph_tensors(graph, renames: dict[str, str]) -> None:
+    """Rename tensors in a GraphProto (and the subgraphs of its nodes' attributes)."""
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        value.name = renames.get(value.name, value.name)
+    for node in graph.node:
+        node.input[:] = [renames.get(name, name) for name in node.input]
+        node.output[:] = [renames.get(name, name) for name in node.output]
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _rename_graph_tensors(sub, renames)
+
+
+def _c_identifier_inputs(model, input_names: list[str]):
+    """A copy of `model` whose inputs are C identifiers, and ``{new name: source name}``.
+
+    Kernels name their parameters after the Relax variables, which take the ONNX input names:
+    ``gpu_0/data_0`` (ResNet-50's input) is fine for LLVM but no identifier in the CUDA source,
+    which then fails to compile. The importer only replaces dots, so every other character
+    that C does not allow becomes ``_`` here (the model itself is left as it is).
+    """
+    taken = {init.name for init in model.graph.initializer}
+    taken |= {out for node in model.graph.node for out in node.output} | set(input_names)
+    renames = {}
+    for name in input_names:
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            continue
+        base = re.sub(r"[^A-Za-z0-9_]", "_", name)
+        base = base if re.match(r"[A-Za-z_]", base) else "input_" + base
+        new, suffix = base, 1
+        while new in taken:
+            new, suffix = f"{base}_{suffix}", suffix + 1
+        taken.add(new)
+        renames[name] = new
+    if not renames:
+        return model, {name: name for name in input_names}
+    import onnx
+
+    renamed = onnx.ModelProto()
+    renamed.CopyFrom(model)
+    _rename_graph_tensors(renamed.graph, renames)
+    return renamed, {renames.get(name, name): name for name in input_names}
+
+
 def _load_onnx(model, name: str, input_shapes: dict[str, tuple[int, ...]] | None) -> Model:
     import tvm
     from tvm.relax.frontend.onnx import from_onnx
@@ -128,11 +172,15 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple[int, ...]] | None
         raise ModelError(f"input shape given for unknown input(s) {', '.join(unknown)}; "
                          f"the inputs are {', '.join(s[0] for s in specs)}")
     failure = None
+    importable, source_names = _c_identifier_inputs(model, [s[0] for s in specs])
+    new_names = {source: new for new, source in source_names.items()}
     # the importer prints its conversion errors on stdout: they belong in the error instead
     with contextlib.redirect_stdout(io.StringIO()):
         try:
-            mod = from_onnx(model, shape_dict=shape_dict,
-                            dtype_dict={s[0]: s[2] for s in specs}, keep_params_in_input=False)
+            mod = from_onnx(importable,
+                            shape_dict={new_names[k]: v for k, v in shape_dict.items()},
+                            dtype_dict={new_names[s[0]]: s[2] for s in specs},
+                            keep_params_in_input=False)
         except Exception as err:  # the importer raises many kinds; all mean "cannot import"
             failure = err
     if failure is not None:
