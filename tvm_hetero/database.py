@@ -147,7 +147,73 @@ class Database:
         self._records[self.key(placement)] = (placement, result)
         self._tags[self.key(placement)] = dict(tags or {})
 
-    def best(self) -> tuple[Placement, MeasureResult] | None:
-        """The fastest valid record (verified outputs), or None."""
-        valid = [(p, r) for p, r in self._records.values() if r.ok]
-        return min(valid, key=lambda pr: pr[1].median_ms) if valid else None
+    def best(self, layers=None, devices=None) -> tuple[Placement, MeasureResult] | None:
+        """The fastest valid record (verified outputs), or None. Given the model's `layers` and
+        a `devices` set, only placements within its memory caps count (records do not depend
+        on caps: they are checked against the caps given now)."""
+        return min(self.valid(layers, devices), key=lambda pr: pr[1].median_ms, default=None)
+
+    def valid(self, layers=None, devices=None) -> list[tuple[Placement, MeasureResult]]:
+        """The valid records, those within `devices`' memory caps when `layers` are given."""
+        from .memory import fits
+
+        return [(p, r) for p, r in self._records.values()
+                if r.ok and (layers is None or fits(layers, p, devices))]
+
+
+HEADER_FORMAT = "tvm_hetero.records_header"
+
+
+def header_path(records: str) -> str:
+    """The header file beside a records file: ``runs/r.jsonl`` -> ``runs/r.header.json``."""
+    return os.path.splitext(os.fspath(records))[0] + ".header.json"
+
+
+def write_header(records: str, model, devices) -> str | None:
+    """Write what the records are of beside them: the model's source (``zoo:NAME`` or the
+    ONNX file's absolute path) with its input shapes, and the devices with their memory caps.
+    Returns the path, or None for a model without a source to name (an in-memory model)."""
+    if not getattr(model, "source", ""):
+        logger.info("no records header: the model was given in memory, not by a source")
+        return None
+    header = {"format": HEADER_FORMAT, "version": VERSION, "model": model.source,
+              "input_shapes": {spec.source_name or spec.name: list(spec.shape)
+                               for spec in model.inputs},
+              "devices": devices.to_json()}
+    path = header_path(records)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(header, handle, indent=1)
+        handle.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_header(records: str) -> dict | None:
+    """The header beside `records` as ``{"model", "input_shapes", "devices"}`` (a DeviceSet),
+    or None when there is none.
+
+    Raises
+    ------
+    HeteroError
+        When the header exists but is not one.
+    """
+    from .devices import DeviceSet
+    from .schemas import RECORDS_HEADER
+
+    path = header_path(records)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise HeteroError(f"records header {path} is unreadable: {err}") from None
+    problem = validation_error(data, RECORDS_HEADER)
+    if problem:
+        raise HeteroError(f"records header {path} is not a tvm_hetero records header: "
+                          f"{problem}")
+    return {"model": data["model"],
+            "input_shapes": {k: tuple(v) for k, v in data["input_shapes"].items()},
+            "devices": DeviceSet.from_json(data["devices"])}

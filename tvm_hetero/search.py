@@ -12,7 +12,14 @@ lasts:
   the top of the ranking plus a small share of random exploration, and retrains.
 
 Every candidate passes through the runner (verified outputs) and every result into the records;
-re-running with the same records measures nothing twice. Strategies, by name: ``xgb`` (the
+re-running with the same records measures nothing twice.
+
+Before it declares a winner, ``tune`` builds its ``retime`` best candidates and the best
+single-device placement again and times them alternately in one process (``retime_rounds``
+rounds, best of each): one figure taken at another moment of a busy machine cannot win by luck.
+Those figures are recorded too (tag ``source: retime``), and the winner, the best single device
+and the speedup come from them. The best single device is any measured placement that puts
+every layer on one device, whichever generator proposed it. Strategies, by name: ``xgb`` (the
 default), ``random``, ``greedy``, ``mincut``, ``best-of-samples`` (the seed's rule without a
 model), ``exhaustive`` (every feasible placement: small models, the ground truth).
 """
@@ -25,6 +32,7 @@ import math
 import os
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -32,7 +40,7 @@ import numpy as np
 
 from . import strategies as gen
 from .cost_model import Featurizer, XGBCostModel, XGBParams
-from .database import Database
+from .database import Database, write_header
 from .devices import DeviceSet
 from .errors import HeteroError, PlacementError
 from .frontend import load_model
@@ -68,7 +76,7 @@ class TuneResult:
         The fastest verified placement (None when no candidate ran correctly).
     latency : MeasureResult or None
     best_single : tuple of (device name, MeasureResult) or None
-        The fastest single-device placement measured.
+        The fastest single-device placement measured (by placement, whatever proposed it).
     history : list of float
         Best verified latency so far after each trial (ms; inf before the first).
     trials : list of Trial
@@ -76,6 +84,8 @@ class TuneResult:
         Candidates built and run by this call (the rest came from the records).
     records : str
         The records file.
+    retimed : list of (Placement, MeasureResult, MeasureResult)
+        The finalists re-timed alternately: placement, the search's figure, the re-timed one.
     """
 
     placement: Placement | None
@@ -88,6 +98,7 @@ class TuneResult:
     strategy: str
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    retimed: list[tuple[Placement, MeasureResult, MeasureResult]] = field(default_factory=list)
 
     @property
     def speedup(self) -> float | None:
@@ -113,13 +124,18 @@ class TuneResult:
             "history_ms": self.history,
             "records": self.records,
             "seconds": round(self.seconds, 2),
+            "retimed": [{"devices_used": p.devices_used, "search_ms": searched.median_ms,
+                         "retimed_ms": again.median_ms if again.ok else None,
+                         "rounds_ms": again.rounds_ms, "error": again.error.value}
+                        for p, searched, again in self.retimed],
         }
 
 
 class _Search:
     def __init__(self, task: MeasureTask, measurer: Measurer, profile, budget: int,
                  time_budget_s: float | None, rng: np.random.Generator,
-                 callback: Callable[[Trial, float], None] | None, strategy: str):
+                 callback: Callable[[Trial, float], None] | None, strategy: str,
+                 max_devices: int | None = None):
         self.task = task
         self.strategy = strategy
         self.layers = task.layers
@@ -133,6 +149,7 @@ class _Search:
         self.trials: list[Trial] = []
         self.history: list[float] = []
         self.seen: set[Placement] = set()
+        self.max_devices = max_devices
 
     # -- bookkeeping ------------------------------------------------------------------------
     @property
@@ -181,13 +198,23 @@ class _Search:
             self.evaluate(gen.single_device(self.layers, self.devices), "single-device")
         if "greedy" in which:
             weights = TaskWeights.for_layers(self.layers)
-            try:
-                statuses = probe_cached(self.devices, weights,
-                                        os.path.join(self.task.workdir, "status.json"))
-                self.evaluate([gen.greedy(self.layers, self.devices, statuses, weights)],
-                              "greedy")
-            except PlacementError as err:
-                logger.info("greedy placement skipped: %s", err)
+            statuses = probe_cached(self.devices, weights,
+                                    os.path.join(self.task.workdir, "status.json"))
+            needed = gen.devices_needed(self.layers, self.devices, statuses)
+            limits = [self.max_devices] if self.max_devices else range(needed,
+                                                                        len(self.devices) + 1)
+            for limit in limits:
+                try:
+                    placement = gen.greedy(self.layers, self.devices, statuses, weights,
+                                           max_devices=limit)
+                except PlacementError as err:
+                    logger.info("greedy placement on at most %d device(s) skipped: %s", limit,
+                                err)
+                    continue
+                logger.info("greedy seed on at most %d device(s) (the model needs %d by "
+                            "capacity)", limit, needed)
+                self.evaluate([placement], "greedy")
+                break
 
     def diverse(self, count: int) -> list[Placement]:
         """Random feasible placements and mutations of the best so far, half and half."""
@@ -232,7 +259,9 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
          time_budget_s: float | None = None, early_stopping: int | None = None,
          seed: int = 0, builder=None, runner=None, use_profile: bool = True,
          cost_model_params: XGBParams | None = None,
-         callback: Callable[[Trial, float], None] | None = None) -> TuneResult:
+         callback: Callable[[Trial, float], None] | None = None,
+         max_devices: int | None = None, retime: int = 3,
+         retime_rounds: int = 5) -> TuneResult:
     """Search for the fastest correct placement of a model on devices.
 
     Parameters
@@ -245,11 +274,14 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
     strategy : str
         One of ``STRATEGIES``.
     records : str, optional
-        The records file (default ``workdir/records.jsonl``); resumed when it exists.
+        The records file (default ``workdir/records.jsonl``); resumed when it exists. A
+        header beside it (``NAME.header.json``) names the model's source and the devices.
     workdir : str, optional
         Where the task, profile and cost model are kept (default: a temporary directory).
     threshold : int
-        Measured samples below which no model is trained (default 16).
+        Measured samples below which no model is trained (default 16); for ``xgb`` at least
+        the cost model's minimum training rows (``XGBParams.num_warmup_samples``, 8), below
+        which it would rank at random.
     batch_size : int
         Candidates measured per round after the seeds (default 8).
     explore : float
@@ -266,6 +298,14 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
         Profile layers and copies (needed by the min-cut, the DP and two features).
     callback : callable, optional
         ``callback(trial, best_ms)`` after each trial (progress bars).
+    max_devices : int, optional
+        Devices the greedy seed may use at most (default: the fewest, by score, whose
+        capacity holds the model; more when its greedy placement does not fit them).
+    retime : int
+        Best candidates re-timed alternately before the winner is declared, besides the best
+        single device (default 3; 0 declares the search's figures as they are).
+    retime_rounds : int
+        Rounds of that re-timing (default 5); each candidate's figure is its best round.
 
     Returns
     -------
@@ -275,21 +315,32 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
         raise HeteroError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     if trials < 1 or batch_size < 1 or threshold < 0 or not 0 <= explore <= 1:
         raise HeteroError("trials and batch size must be >= 1, threshold >= 0, explore in [0, 1]")
+    if retime < 0 or retime_rounds < 1:
+        raise HeteroError("retime must be >= 0 and retime rounds >= 1")
+    min_rows = (cost_model_params or XGBParams()).num_warmup_samples
+    if strategy == "xgb" and threshold < min_rows:
+        raise HeteroError(f"threshold {threshold} is below the cost model's minimum of "
+                          f"{min_rows} training samples (below it the model ranks at random): "
+                          f"give {min_rows} or more")
     start = time.monotonic()
     model = load_model(model)
     devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
+    if max_devices is not None and not 1 <= max_devices <= len(devices):
+        raise HeteroError(f"max devices must be between 1 and the {len(devices)} devices given, "
+                          f"got {max_devices}")
     workdir = workdir or tempfile.mkdtemp(prefix="tvm_hetero_tune_")
     os.makedirs(workdir, exist_ok=True)
     records = records or os.path.join(workdir, "records.jsonl")
     task = MeasureTask.create(model, devices, workdir, seed=seed)
     database = Database(records, model.fingerprint(), devices.fingerprint())
+    write_header(records, model, devices)  # `report RECORDS` needs nothing more
     measurer = Measurer(task, builder or LocalBuilder(), runner or LocalRunner(), database)
     profile = None
     if use_profile and strategy in ("xgb", "mincut", "best-of-samples", "random"):
         profile = profile_model(model, task.layers, devices, os.path.join(workdir,
                                                                             "profile.json"))
     search = _Search(task, measurer, profile, trials, time_budget_s,
-                     np.random.default_rng(seed), callback, strategy)
+                     np.random.default_rng(seed), callback, strategy, max_devices)
     extra: dict[str, Any] = {}
 
     if strategy == "exhaustive":
@@ -341,19 +392,50 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
             model_.save(os.path.join(workdir, "cost_model.json"))
             extra["cost_model"] = os.path.join(workdir, "cost_model.json")
 
-    best = search.best(1)
-    singles = [t for t in search.trials if t.source == "single-device" and t.result.ok]
-    if not singles:  # single-device placements from earlier sources (exhaustive) count too
-        singles = [t for t in search.trials if t.result.ok
-                   and len(t.placement.devices_used) == 1]
-    best_single = min(singles, key=lambda t: t.result.median_ms, default=None)
+    retimed = _retime_finalists(search, measurer, database, retime, retime_rounds, extra)
+    ranked = [(p, again) for p, _, again in retimed if again.ok] or \
+        [(t.placement, t.result) for t in search.best(len(search.trials))]
+    best = min(ranked, key=lambda pr: pr[1].median_ms, default=None)
+    singles = [(p, r) for p, r in ranked if len(p.devices_used) == 1]
+    best_single = min(singles, key=lambda pr: pr[1].median_ms, default=None)
     return TuneResult(
-        placement=best[0].placement if best else None,
-        latency=best[0].result if best else None,
-        best_single=(best_single.placement.devices_used[0], best_single.result)
-        if best_single else None,
+        placement=best[0] if best else None, latency=best[1] if best else None,
+        best_single=(best_single[0].devices_used[0], best_single[1]) if best_single else None,
         history=search.history, trials=search.trials, measured=measurer.measured,
-        records=records, strategy=strategy, seconds=time.monotonic() - start, extra=extra)
+        records=records, strategy=strategy, seconds=time.monotonic() - start, extra=extra,
+        retimed=retimed)
+
+
+def _finalists(trials: list[Trial], count: int) -> list[Trial]:
+    """The `count` fastest verified trials and the fastest single-device one (by placement)."""
+    valid = sorted((t for t in trials if t.result.ok), key=lambda t: t.result.median_ms)
+    chosen = valid[:count]
+    single = next((t for t in valid if len(t.placement.devices_used) == 1), None)
+    if single is not None and single not in chosen:
+        chosen.append(single)
+    return chosen
+
+
+def _retime_finalists(search: _Search, measurer: Measurer, database: Database, count: int,
+                      rounds: int, extra: dict[str, Any]) -> list:
+    """Re-time the finalists alternately in one process, unless their records already hold
+    one such re-timing of them all (a resumed search measures nothing twice)."""
+    finalists = _finalists(search.trials, count) if count else []
+    if not finalists:
+        return []
+    groups = {database.tags(t.placement).get("retime") for t in finalists}
+    if len(groups) == 1 and None not in groups:
+        extra["retime"] = {"rounds": rounds, "reused": True}
+        return [(t.placement, t.result, t.result) for t in finalists]
+    tags = {"strategy": search.strategy, "source": "retime", "retime": uuid.uuid4().hex[:12]}
+    logger.info("re-timing %d finalists alternately, %d rounds", len(finalists), rounds)
+    results = measurer.retime([t.placement for t in finalists], rounds, tags)
+    extra["retime"] = {"rounds": rounds, "reused": False}
+    failed = [r for r in results if not r.ok]
+    if failed:
+        logger.warning("%d of %d finalists failed when re-timed (%s)", len(failed),
+                       len(results), failed[0].message or failed[0].error.value)
+    return [(t.placement, t.result, again) for t, again in zip(finalists, results)]
 
 
 def _all_feasible(layers, devices: DeviceSet) -> list[Placement]:

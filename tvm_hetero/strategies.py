@@ -2,7 +2,8 @@
 
 - :func:`single_device`: everything on one device, for each device that fits;
 - :func:`greedy`: the first seed's rule: layers by parameter count, each to the best-scoring
-  device that still has room, the device's state updated after every layer;
+  device that still has room, the device's state updated after every layer, on at most
+  :func:`devices_needed` devices (the fewest, by score, whose capacity holds the model);
 - :func:`random_placement`: uniformly random feasible placements;
 - :func:`min_cut`: Stone (1977): for two devices with additive per-layer and transfer costs,
   the optimal assignment is a minimum s-t cut (networkx);
@@ -111,6 +112,24 @@ def greedy(layers, devices: DeviceSet, statuses: list[DeviceStatus], weights: Ta
         states[chosen].take(layer)
         assignment[layer.name] = chosen
     return Placement({layer.name: assignment[layer.name] for layer in layers})
+
+
+def devices_needed(layers, devices: DeviceSet, statuses: list[DeviceStatus]) -> int:
+    """The fewest devices, taken by score (best first), whose capacities together hold the
+    model: its parameter bytes plus its largest layer's activations (a lower bound, the way
+    :func:`~tvm_hetero.memory.memory_use` counts one device). A device's capacity is its cap,
+    else its memory. All the devices when even they do not hold it."""
+    by_name = {s.name: s for s in statuses}
+    need = sum(layer.param_bytes for layer in layers) + max(
+        (layer.activation_bytes_in + layer.activation_bytes_out for layer in layers), default=0)
+    capacities = [d.memory_cap if d.memory_cap is not None else by_name[d.name].memory_bytes
+                  for d in sorted(devices, key=lambda d: -by_name[d.name].score)]
+    held = 0
+    for count, capacity in enumerate(capacities, 1):
+        held += capacity
+        if held >= need:
+            return count
+    return len(capacities)
 
 
 def random_placement(layers, devices: DeviceSet, rng: np.random.Generator) -> Placement | None:
