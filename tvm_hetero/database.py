@@ -154,11 +154,21 @@ class Database:
         return min(self.valid(layers, devices), key=lambda pr: pr[1].median_ms, default=None)
 
     def valid(self, layers=None, devices=None) -> list[tuple[Placement, MeasureResult]]:
-        """The valid records, those within `devices`' memory caps when `layers` are given."""
+        """The valid records, those within `devices`' memory caps when `layers` are given (a
+        placement of other layers or devices is kept: validating it says what is wrong)."""
         from .memory import fits
 
-        return [(p, r) for p, r in self._records.values()
-                if r.ok and (layers is None or fits(layers, p, devices))]
+        if layers is None:
+            return [(p, r) for p, r in self._records.values() if r.ok]
+        names = {layer.name for layer in layers}
+
+        def within_caps(placement: Placement) -> bool:
+            if set(placement.assignment) != names or \
+                    not set(placement.assignment.values()) <= set(devices.names):
+                return True
+            return fits(layers, placement, devices)
+
+        return [(p, r) for p, r in self._records.values() if r.ok and within_caps(p)]
 
 
 HEADER_FORMAT = "tvm_hetero.records_header"
