@@ -8,7 +8,7 @@ import tvm_hetero as th
 from tvm_hetero import strategies
 from tvm_hetero.cost_model import Featurizer, XGBCostModel, XGBParams, feature_names
 from tvm_hetero.database import Database
-from tvm_hetero.measure import ErrorKind, MeasureTask, Measurer
+from tvm_hetero.measure import ErrorKind, MeasureResult, MeasureTask, Measurer
 from tvm_hetero.profiles import Profile, TransferFit
 from tvm_hetero.search import STRATEGIES, tune
 from tvm_hetero.status import DeviceStatus
@@ -175,21 +175,40 @@ def test_the_winner_is_declared_from_alternating_rounds(tmp_path):
     assert result.best_single[0] == "cpu" and result.speedup == pytest.approx(1.0)
     retimed = {p: again for p, _, again in result.retimed}
     assert lucky in retimed and retimed[lucky].rounds_ms == [2.0] * 4
-    assert len(retimed) == 3  # the best three, the best single device among them
+    # the best three and each device alone (all on cpu is among the three)
+    assert len(retimed) == 4 and th.Placement.all_on(layers, "cpu-generic") in retimed
     lines = [json.loads(line) for line in open(records)]
-    assert len(lines) == 8 + 3  # the first figures stay in the file
+    assert len(lines) == 8 + 4  # the first figures stay in the file
     again = [line for line in lines if line["tags"]["source"] == "retime"]
-    assert len(again) == 3 and len({line["tags"]["retime"] for line in again}) == 1
+    assert len(again) == 4 and len({line["tags"]["retime"] for line in again}) == 1
     assert result.to_json()["retimed"][0]["rounds_ms"]
     # resumed: nothing new is measured; the lucky one has left the finalists, so the new ones
     # are re-timed together once, and a further resume finds them re-timed: nothing is built
-    for rebuilt in (3, 0):
+    for rebuilt in (4, 0):
         builder = FakeBuilder()
         resumed = tune(model, devices, trials=8, strategy="exhaustive", records=records,
                        builder=builder, runner=FakeRunner(cost), use_profile=False,
                        retime=3, retime_rounds=4)
         assert resumed.measured == 0 and len(builder.built) == rebuilt
         assert resumed.placement == result.placement and resumed.latency.median_ms == 1.1
+
+
+def test_a_re_timing_that_crashed_is_not_recorded_over_the_measurements(tmp_path, caplog):
+    model = zoo("mlp")
+    layers = th.extract_layers(model)
+
+    class CrashingRetime(FakeRunner):
+        def retime(self, task, builds, rounds):
+            return [MeasureResult(ErrorKind.RUN_ERROR, message="worker crashed") for _ in builds]
+
+    records = str(tmp_path / "r.jsonl")
+    cost = true_cost(layers)
+    result = tune(model, ["cpu", "cpu-generic"], trials=8, strategy="exhaustive",
+                  records=records, builder=FakeBuilder(), runner=CrashingRetime(cost),
+                  use_profile=False)
+    assert "failed when re-timed (worker crashed)" in caplog.text
+    assert result.latency.median_ms == min(cost(t.placement) for t in result.trials)
+    assert len(open(records).read().splitlines()) == 8  # nothing recorded over them
 
 
 def test_memory_caps_are_checked_afresh_when_records_are_reused(tmp_path):

@@ -14,8 +14,8 @@ lasts:
 Every candidate passes through the runner (verified outputs) and every result into the records;
 re-running with the same records measures nothing twice.
 
-Before it declares a winner, ``tune`` builds its ``retime`` best candidates and the best
-single-device placement again and times them alternately in one process (``retime_rounds``
+Before it declares a winner, ``tune`` builds its ``retime`` best candidates and every
+single-device placement measured again and times them alternately in one process (``retime_rounds``
 rounds, best of each): one figure taken at another moment of a busy machine cannot win by luck.
 Those figures are recorded too (tag ``source: retime``), and the winner, the best single device
 and the speedup come from them. The best single device is any measured placement that puts
@@ -302,8 +302,8 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
         Devices the greedy seed may use at most (default: the fewest, by score, whose
         capacity holds the model; more when its greedy placement does not fit them).
     retime : int
-        Best candidates re-timed alternately before the winner is declared, besides the best
-        single device (default 3; 0 declares the search's figures as they are).
+        Best candidates re-timed alternately before the winner is declared, besides each
+        device alone (default 3; 0 declares the search's figures as they are).
     retime_rounds : int
         Rounds of that re-timing (default 5); each candidate's figure is its best round.
 
@@ -407,12 +407,11 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
 
 
 def _finalists(trials: list[Trial], count: int) -> list[Trial]:
-    """The `count` fastest verified trials and the fastest single-device one (by placement)."""
+    """The `count` fastest verified trials and every verified single-device one (by
+    placement): which device alone is the fastest is decided in the same rounds too."""
     valid = sorted((t for t in trials if t.result.ok), key=lambda t: t.result.median_ms)
     chosen = valid[:count]
-    single = next((t for t in valid if len(t.placement.devices_used) == 1), None)
-    if single is not None and single not in chosen:
-        chosen.append(single)
+    chosen += [t for t in valid[count:] if len(t.placement.devices_used) == 1]
     return chosen
 
 

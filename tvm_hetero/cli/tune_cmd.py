@@ -31,8 +31,8 @@ def register(subparsers) -> None:
                              "by score, whose capacity holds the model)")
     parser.add_argument("--retime", type=int, default=3, metavar="K",
                         help="before declaring the winner, re-time the K best candidates and "
-                             "the best single device alternately in one process (default: 3; "
-                             "0: off)")
+                             "each device alone alternately in one process (default: 3; 0: "
+                             "off)")
     parser.add_argument("--retime-rounds", type=int, default=5, metavar="R",
                         help="rounds of that re-timing, best of each (default: 5)")
     parser.add_argument("--batch-size", type=int, default=8,

@@ -93,8 +93,9 @@ class Measurer:
     def retime(self, placements: list[Placement], rounds: int,
                tags: dict | None = None) -> list[MeasureResult]:
         """Build `placements` again and time them alternately in one process (see
-        :meth:`Runner.retime`); the results are committed with `tags`, after the earlier
-        records of the same placements (which stay in the file)."""
+        :meth:`Runner.retime`). Figures and wrong answers are committed with `tags`, after the
+        earlier records of the same placements (which stay in the file); a build or run that
+        failed this time (a timeout, a crash) is returned, not recorded over a measurement."""
         builds = self.builder.build(self.task, list(placements))
         try:
             results = self.runner.retime(self.task, builds, rounds)
@@ -103,7 +104,8 @@ class Measurer:
                 if build.artifact and not self.keep_artifacts and os.path.exists(build.artifact):
                     os.remove(build.artifact)
         self.retimed += len(placements)
-        return [self._commit(p, r, tags) for p, r in zip(placements, results)]
+        return [self._commit(p, r, tags) if r.ok or r.error == ErrorKind.WRONG_ANSWER else r
+                for p, r in zip(placements, results)]
 
     def _commit(self, placement: Placement, result: MeasureResult,
                 tags: dict | None = None) -> MeasureResult:
