@@ -27,7 +27,7 @@ def test_profile_covers_every_layer_and_pair_and_is_reused(tmp_path, cpu_devices
 
 def test_estimate_counts_one_copy_per_tensor_and_device():
     # a feeds b and c, both on the other device: its output is copied once
-    from test_strategies import layer
+    from test_candidates import layer
 
     layers = [layer("a", 0, 10, 1000), layer("b", 0, 1000, 10, preds=["a"]),
               layer("c", 0, 1000, 10, preds=["a"])]

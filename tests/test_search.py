@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tvm_hetero as th
-from tvm_hetero import strategies
+from tvm_hetero.search import candidates
 from tvm_hetero.cost_model import Featurizer, XGBCostModel, XGBParams, feature_names
 from tvm_hetero.database import Database
 from tvm_hetero.measure import ErrorKind, MeasureResult, MeasureTask, Measurer
@@ -243,13 +243,13 @@ def test_memory_caps_are_checked_afresh_when_records_are_reused(tmp_path):
 def test_the_greedy_seed_uses_the_fewest_devices_that_hold_the_model(tmp_path, monkeypatch):
     model = zoo("mlp")  # about 1 MiB of weights
     limits = []
-    real = strategies.greedy
+    real = candidates.greedy
 
     def spy(*args, max_devices=None, **kwargs):
         limits.append(max_devices)
         return real(*args, max_devices=max_devices, **kwargs)
 
-    monkeypatch.setattr(strategies, "greedy", spy)
+    monkeypatch.setattr(candidates, "greedy", spy)
     both_capped = {"cpu": "700KiB", "cpu-generic": "700KiB"}
     for index, (caps, given, expected) in enumerate([({}, None, 1), (both_capped, None, 2),
                                                      ({}, 2, 2)]):
@@ -279,10 +279,10 @@ def test_devices_needed_counts_capacity_by_score():
         return [DeviceStatus("cpu", 1, need - 1, 1, True, cpu_score),
                 DeviceStatus("cpu-generic", 1, need, 1, True, generic_score)]
 
-    assert strategies.devices_needed(layers, devices, statuses(0.9, 0.5)) == 2  # cpu first
-    assert strategies.devices_needed(layers, devices, statuses(0.5, 0.9)) == 1
+    assert candidates.devices_needed(layers, devices, statuses(0.9, 0.5)) == 2  # cpu first
+    assert candidates.devices_needed(layers, devices, statuses(0.5, 0.9)) == 1
     tiny = devices.with_memory_caps({"cpu": 1, "cpu-generic": 1})
-    assert strategies.devices_needed(layers, tiny, statuses(0.5, 0.9)) == 2  # all, not enough
+    assert candidates.devices_needed(layers, tiny, statuses(0.5, 0.9)) == 2  # all, not enough
 
 
 def test_exhaustive_is_the_ground_truth():
@@ -308,7 +308,7 @@ def test_the_profiles_best_guesses_are_measured_first(resnet_setup, tmp_path):
                   runner=FakeRunner(true_cost(layers)))
     sources = [t.source for t in result.trials]
     assert sources[0] == "min-cut"
-    assert result.trials[0].placement == strategies.min_cut(layers, devices, profile)
+    assert result.trials[0].placement == candidates.min_cut(layers, devices, profile)
     assert result.history[0] == result.trials[0].result.median_ms
 
 
@@ -424,3 +424,12 @@ def test_real_tune_end_to_end(tmp_path, monkeypatch):
         again.median_ms for p, _, again in result.retimed if len(p.devices_used) == 1)
     compiled = th.build("zoo:cnn", result.placement, devices)
     assert compiled.run(zoo("cnn").random_inputs())[0].shape == (1, 10)
+
+
+def test_strategies_are_created_by_name():
+    from tvm_hetero.search import create
+
+    assert [create(name).name for name in STRATEGIES] == list(STRATEGIES)
+    assert create("xgb", threshold=12).threshold == 12
+    with pytest.raises(th.HeteroError, match="unknown strategy 'annealing'"):
+        create("annealing")

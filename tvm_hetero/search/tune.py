@@ -1,34 +1,10 @@
-"""The search: find the fastest correct placement with few measurements.
-
-``tune`` measures seed candidates first (the min-cut for two devices and the DP on the profile,
-its best guesses, then every device alone and the greedy placement), then, while the budget
-lasts:
-
-- below ``threshold`` measured samples it measures diverse feasible candidates (random
-  placements and mutations of the best so far) and would take the best measured (the second
-  seed's rule);
-- at or past the threshold it trains the XGBoost cost model on all measurements, ranks a large
-  pool (mutations of the top candidates, DP/local-search variants, random placements), measures
-  the top of the ranking plus a small share of random exploration, and retrains.
-
-Every candidate passes through the runner (verified outputs) and every result into the records;
-re-running with the same records measures nothing twice.
-
-Before it declares a winner, ``tune`` builds its ``retime`` best candidates and every
-single-device placement measured again and times them alternately in one process (``retime_rounds``
-rounds, best of each): one figure taken at another moment of a busy machine cannot win by luck.
-Those figures are recorded too (tag ``source: retime``), and the winner, the best single device
-and the speedup come from them. The best single device is any measured placement that puts
-every layer on one device, whichever generator proposed it. Strategies, by name: ``xgb`` (the
-default), ``random``, ``greedy``, ``mincut``, ``best-of-samples`` (the seed's rule without a
-model), ``exhaustive`` (every feasible placement: small models, the ground truth).
-"""
+"""The search loop: :func:`tune` measures the candidates a strategy proposes (see
+``strategy.py``) through a :class:`~tvm_hetero.measure.Measurer`, re-times the finalists
+alternately and declares the winner."""
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
 import os
 import tempfile
 import time
@@ -38,24 +14,19 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import strategies as gen
-from .cost_model import Featurizer, XGBCostModel, XGBParams
-from .database import Database, write_header
-from .devices import DeviceSet
-from .errors import HeteroError, PlacementError
-from .frontend import load_model
-from .measure import LocalBuilder, LocalRunner, MeasureResult, MeasureTask, Measurer
-from .memory import fits
-from .placement import Placement
-from .profiles import profile_model
-from .status import TaskWeights, probe_cached
+from ..cost_model import XGBParams
+from ..database import Database, write_header
+from ..devices import DeviceSet
+from ..errors import HeteroError, PlacementError
+from ..frontend import load_model
+from ..measure import LocalBuilder, LocalRunner, MeasureResult, MeasureTask, Measurer
+from ..placement import Placement
+from ..profiles import profile_model
+from ..status import TaskWeights, probe_cached
+from . import candidates as gen
+from .strategy import DEFAULT_THRESHOLD, create
 
 logger = logging.getLogger(__name__)
-
-STRATEGIES = ("xgb", "random", "greedy", "mincut", "best-of-samples", "exhaustive")
-DEFAULT_THRESHOLD = 16
-EXHAUSTIVE_LIMIT = 4096
-
 
 @dataclass
 class Trial:
@@ -131,11 +102,15 @@ class TuneResult:
         }
 
 
-class _Search:
+class SearchState:
+    """What a strategy works with: the task, the trials so far, the budget, and the candidate
+    sources (seeds, diverse samples, a pool to rank); :meth:`evaluate` measures."""
+
     def __init__(self, task: MeasureTask, measurer: Measurer, profile, budget: int,
                  time_budget_s: float | None, rng: np.random.Generator,
                  callback: Callable[[Trial, float], None] | None, strategy: str,
-                 max_devices: int | None = None):
+                 max_devices: int | None = None, batch_size: int = 8,
+                 early_stopping: int | None = None):
         self.task = task
         self.strategy = strategy
         self.layers = task.layers
@@ -150,6 +125,9 @@ class _Search:
         self.history: list[float] = []
         self.seen: set[Placement] = set()
         self.max_devices = max_devices
+        self.batch_size = batch_size
+        self.early_stopping = early_stopping
+        self.extra: dict[str, Any] = {}
 
     # -- bookkeeping ------------------------------------------------------------------------
     @property
@@ -311,17 +289,12 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
     -------
     TuneResult
     """
-    if strategy not in STRATEGIES:
-        raise HeteroError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     if trials < 1 or batch_size < 1 or threshold < 0 or not 0 <= explore <= 1:
         raise HeteroError("trials and batch size must be >= 1, threshold >= 0, explore in [0, 1]")
     if retime < 0 or retime_rounds < 1:
         raise HeteroError("retime must be >= 0 and retime rounds >= 1")
-    min_rows = (cost_model_params or XGBParams()).num_warmup_samples
-    if strategy == "xgb" and threshold < min_rows:
-        raise HeteroError(f"threshold {threshold} is below the cost model's minimum of "
-                          f"{min_rows} training samples (below it the model ranks at random): "
-                          f"give {min_rows} or more")
+    chosen = create(strategy, threshold=threshold, explore=explore,
+                    cost_model_params=cost_model_params, seed=seed)
     start = time.monotonic()
     model = load_model(model)
     devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
@@ -336,61 +309,14 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
     write_header(records, model, devices)  # `report RECORDS` needs nothing more
     measurer = Measurer(task, builder or LocalBuilder(), runner or LocalRunner(), database)
     profile = None
-    if use_profile and strategy in ("xgb", "mincut", "best-of-samples", "random"):
+    if use_profile and chosen.uses_profile:
         profile = profile_model(model, task.layers, devices, os.path.join(workdir,
                                                                             "profile.json"))
-    search = _Search(task, measurer, profile, trials, time_budget_s,
-                     np.random.default_rng(seed), callback, strategy, max_devices)
-    extra: dict[str, Any] = {}
-
-    if strategy == "exhaustive":
-        candidates = _all_feasible(task.layers, devices)
-        search.budget = max(trials, len(candidates))
-        search.evaluate(candidates, "exhaustive")
-    elif strategy == "greedy":
-        search.seeds(("single", "greedy"))
-    elif strategy == "mincut":
-        search.seeds(("single", "mincut"))
-    else:
-        search.seeds(("single", "greedy", "mincut") if strategy != "random" else ("single",))
-        model_ = XGBCostModel(cost_model_params or XGBParams(seed=seed))
-        featurize = Featurizer(task.layers, devices.names, profile)
-        last_improvement, best_seen = len(search.trials), search.best_ms
-        while not search.out_of_budget():
-            batch = min(batch_size, search.left)
-            measured = [t for t in search.trials if t.result.ok]
-            if strategy == "xgb" and len(measured) >= threshold:
-                model_.fit(featurize([t.placement for t in measured]),
-                           np.array([t.result.median_ms for t in measured]))
-                pool = search.pool(max(256, 16 * batch))
-                if not pool:
-                    break
-                scores = model_.predict(featurize(pool))
-                order = list(np.argsort(-scores))
-                n_explore = min(len(order), math.ceil(explore * batch)) if explore else 0
-                chosen = order[:batch - n_explore]
-                rest = order[batch - n_explore:]
-                if n_explore and rest:
-                    chosen += list(search.rng.choice(rest, size=min(n_explore, len(rest)),
-                                                     replace=False))
-                search.evaluate([pool[i] for i in chosen], "xgb")
-                extra["model_trained"] = model_.trained
-            else:
-                candidates = search.diverse(batch) if strategy != "random" else [
-                    gen.random_placement(task.layers, devices, search.rng)
-                    for _ in range(batch)]
-                if not [c for c in candidates if c is not None and c not in search.seen]:
-                    extra["exhausted"] = True  # no unseen feasible candidate was found
-                    break
-                search.evaluate(candidates, "random" if strategy == "random" else "samples")
-            if search.best_ms < best_seen * 0.995:
-                last_improvement, best_seen = len(search.trials), search.best_ms
-            if early_stopping and len(search.trials) - last_improvement >= early_stopping:
-                logger.info("early stop: no improvement in %d trials", early_stopping)
-                break
-        if strategy == "xgb":
-            model_.save(os.path.join(workdir, "cost_model.json"))
-            extra["cost_model"] = os.path.join(workdir, "cost_model.json")
+    search = SearchState(task, measurer, profile, trials, time_budget_s,
+                         np.random.default_rng(seed), callback, strategy, max_devices,
+                         batch_size, early_stopping)
+    chosen.run(search)
+    extra = search.extra
 
     retimed = _retime_finalists(search, measurer, database, retime, retime_rounds, extra)
     ranked = [(p, again) for p, _, again in retimed if again.ok] or \
@@ -415,7 +341,7 @@ def _finalists(trials: list[Trial], count: int) -> list[Trial]:
     return chosen
 
 
-def _retime_finalists(search: _Search, measurer: Measurer, database: Database, count: int,
+def _retime_finalists(search: SearchState, measurer: Measurer, database: Database, count: int,
                       rounds: int, extra: dict[str, Any]) -> list:
     """Re-time the finalists alternately in one process, unless their records already hold
     one such re-timing of them all (a resumed search measures nothing twice)."""
@@ -435,16 +361,3 @@ def _retime_finalists(search: _Search, measurer: Measurer, database: Database, c
         logger.warning("%d of %d finalists failed when re-timed (%s)", len(failed),
                        len(results), failed[0].message or failed[0].error.value)
     return [(t.placement, t.result, again) for t, again in zip(finalists, results)]
-
-
-def _all_feasible(layers, devices: DeviceSet) -> list[Placement]:
-    count = len(devices) ** len(layers)
-    if count > EXHAUSTIVE_LIMIT:
-        raise HeteroError(f"exhaustive search over {count} placements is too large (limit "
-                          f"{EXHAUSTIVE_LIMIT}): use a smaller model or another strategy")
-    out = []
-    for combo in itertools.product(devices.names, repeat=len(layers)):
-        placement = Placement(dict(zip([layer.name for layer in layers], combo)))
-        if fits(layers, placement, devices):
-            out.append(placement)
-    return out

@@ -1,5 +1,6 @@
 """Candidate generators: the placements a search measures first and mutates.
 
+- :func:`all_feasible`: every placement within the caps (small models: the ground truth);
 - :func:`single_device`: everything on one device, for each device that fits;
 - :func:`greedy`: the first seed's rule: layers by parameter count, each to the best-scoring
   device that still has room, the device's state updated after every layer, on at most
@@ -16,19 +17,36 @@ Every generator returns only placements that fit the devices' memory caps (or No
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 
 import numpy as np
 
-from .devices import DeviceSet
-from .errors import PlacementError
-from .memory import fits, memory_use
-from .placement import Placement
-from .profiles import Profile
-from .status import DeviceStatus, TaskWeights
+from ..devices import DeviceSet
+from ..errors import HeteroError, PlacementError
+from ..memory import fits, memory_use
+from ..placement import Placement
+from ..profiles import Profile
+from ..status import DeviceStatus, TaskWeights
 
 logger = logging.getLogger(__name__)
+
+EXHAUSTIVE_LIMIT = 4096
+
+
+def all_feasible(layers, devices: DeviceSet) -> list[Placement]:
+    """Every placement within the caps, when there are at most ``EXHAUSTIVE_LIMIT``."""
+    count = len(devices) ** len(layers)
+    if count > EXHAUSTIVE_LIMIT:
+        raise HeteroError(f"exhaustive search over {count} placements is too large (limit "
+                          f"{EXHAUSTIVE_LIMIT}): use a smaller model or another strategy")
+    out = []
+    for combo in itertools.product(devices.names, repeat=len(layers)):
+        placement = Placement(dict(zip([layer.name for layer in layers], combo)))
+        if fits(layers, placement, devices):
+            out.append(placement)
+    return out
 
 
 def single_device(layers, devices: DeviceSet) -> list[Placement]:
