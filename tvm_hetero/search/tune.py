@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..cost_model import XGBParams
-from ..database import Database, write_header
+from ..database import RETIME_SOURCE, Database, write_header
 from ..devices import DeviceSet
 from ..errors import HeteroError, PlacementError
 from ..frontend import load_model
@@ -348,11 +348,13 @@ def _retime_finalists(search: SearchState, measurer: Measurer, database: Databas
     finalists = _finalists(search.trials, count) if count else []
     if not finalists:
         return []
-    groups = {database.tags(t.placement).get("retime") for t in finalists}
+    recorded = [database.retimed(t.placement) for t in finalists]
+    groups = {found[1].get("retime") if found else None for found in recorded}
     if len(groups) == 1 and None not in groups:
         extra["retime"] = {"rounds": rounds, "reused": True}
-        return [(t.placement, t.result, t.result) for t in finalists]
-    tags = {"strategy": search.strategy, "source": "retime", "retime": uuid.uuid4().hex[:12]}
+        return [(t.placement, t.result, found[0]) for t, found in zip(finalists, recorded)]
+    tags = {"strategy": search.strategy, "source": RETIME_SOURCE,
+            "retime": uuid.uuid4().hex[:12]}
     logger.info("re-timing %d finalists alternately, %d rounds", len(finalists), rounds)
     results = measurer.retime([t.placement for t in finalists], rounds, tags)
     extra["retime"] = {"rounds": rounds, "reused": False}
