@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import tvm_hetero as th
-from tvm_hetero import strategies
+from tvm_hetero.search import candidates as gen
 from tvm_hetero.measure import LocalBuilder, LocalRunner, MeasureTask, Measurer
 from tvm_hetero.profiles import profile_model
 from tvm_hetero.status import TaskWeights, probe
@@ -47,12 +47,12 @@ def main() -> None:
 
     rng = np.random.default_rng(0)
     candidates = {f"all on {p.devices_used[0]}": p
-                  for p in strategies.single_device(task.layers, devices)}
-    candidates["greedy"] = strategies.greedy(task.layers, devices, statuses, weights)
-    candidates["min-cut"] = strategies.min_cut(task.layers, devices, profile)
-    candidates["dp + local search"] = strategies.dp_chain(task.layers, devices, profile)
+                  for p in gen.single_device(task.layers, devices)}
+    candidates["greedy"] = gen.greedy(task.layers, devices, statuses, weights)
+    candidates["min-cut"] = gen.min_cut(task.layers, devices, profile)
+    candidates["dp + local search"] = gen.dp_chain(task.layers, devices, profile)
     for i in range(args.random):
-        candidates[f"random {i}"] = strategies.random_placement(task.layers, devices, rng)
+        candidates[f"random {i}"] = gen.random_placement(task.layers, devices, rng)
 
     measurer = Measurer(task, LocalBuilder(), LocalRunner(repeat=args.repeat, warmup=1,
                                                           timeout_s=1800))

@@ -304,10 +304,10 @@ def _(d, s):
     if tvm.runtime.enabled("cuda") and tvm.cuda(0).exist:
         pytest.skip("a GPU is present: a CUDA library runs here")
     lib = s.root / "mlp_cuda.so"
-    if not lib.exists():  # compiling for CUDA works without a GPU
-        assert main(["compile", "zoo:mlp", "-d", "cpu", "-d", "cuda", "-p", "all:cuda", "-o",
-                     str(lib)]) == 0
-    return ["run", str(lib), "-d", "cpu", "-d", "cuda", "--output", str(d / "out.npz")]
+    if not lib.exists():  # compiling for CUDA works without a GPU (given the architecture)
+        assert main(["compile", "zoo:mlp", "-d", "cpu", "-d", "cuda@sm_90", "-p", "all:cuda",
+                     "-o", str(lib)]) == 0
+    return ["run", str(lib), "-d", "cpu", "-d", "cuda@sm_90", "--output", str(d / "out.npz")]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -509,6 +509,47 @@ def _(d, s):
     record["result"] = {"error": "wrong_answer", "latencies_ms": [], "message": "x"}
     (d / "r.jsonl").write_text(json.dumps(record) + "\n")
     return _compile_records(d / "r.jsonl", d / "m.so")
+
+
+@bad_input("records-none-within-the-caps", "no verified record", "fits the memory caps given",
+           "cpu-generic needs")
+def _(d, s):
+    (d / "r.jsonl").write_text(json.dumps(s.record_line()) + "\n")  # all on cpu-generic
+    return _compile_records(d / "r.jsonl", d / "m.so") + ["--memory", "cpu-generic=64KiB"]
+
+
+@bad_input("report-records-without-header", "has no header", "give --model and --device")
+def _(d, s):
+    (d / "r.jsonl").write_text(json.dumps(s.record_line()) + "\n")
+    return ["report", str(d / "r.jsonl")]
+
+
+@bad_input("report-header-not-a-header", "is not a tvm_hetero records header")
+def _(d, s):
+    (d / "r.jsonl").write_text(json.dumps(s.record_line()) + "\n")
+    (d / "r.header.json").write_text(json.dumps({"format": "tvm_hetero.records_header",
+                                                 "version": 1, "model": "zoo:mlp"}))
+    return ["report", str(d / "r.jsonl")]
+
+
+@bad_input("report-header-not-json", "records header", "is unreadable")
+def _(d, s):
+    (d / "r.jsonl").write_text(json.dumps(s.record_line()) + "\n")
+    (d / "r.header.json").write_text("{not json")
+    return ["report", str(d / "r.jsonl")]
+
+
+@bad_input("tune-threshold-below-the-cost-models-minimum", "threshold 3 is below",
+           "minimum of 8 training samples")
+def _(d, s):
+    return ["tune", "zoo:mlp", "-d", "cpu", "--threshold", "3", "-r", str(d / "r.jsonl"),
+            "-o", str(d / "p.json")]
+
+
+@bad_input("tune-max-devices-beyond-the-devices", "max devices must be between 1 and the 2")
+def _(d, s):
+    return ["tune", "zoo:mlp", "-d", "cpu", "-d", "cpu-generic", "--max-devices", "3",
+            "-r", str(d / "r.jsonl"), "-o", str(d / "p.json")]
 
 
 @bad_input("records-file-missing", "records file not found")

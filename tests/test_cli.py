@@ -192,6 +192,12 @@ def test_compile_from_records_and_memory_caps(tmp_path, capsys):
                          "--records", str(records), "-o", str(lib), "--json")
     assert code == 0, err
     assert json.loads(out)["layers_per_device"] == {"cpu": 0, "cpu-generic": 3}
+    # the best record within the caps given now: all on cpu-generic exceeds 64 KiB
+    code, out, err = cli(capsys, "compile", "zoo:mlp", "-d", "cpu", "-d", "cpu-generic",
+                         "--memory", "cpu-generic=64KiB", "--records", str(records), "-o",
+                         str(lib), "--json")
+    assert code == 0, err
+    assert json.loads(out)["layers_per_device"] == {"cpu": 3, "cpu-generic": 0}
     # records of another model are not used
     assert_one_line_error(*cli(capsys, "compile", "zoo:cnn", "-d", "cpu", "-d", "cpu-generic",
                                "--records", str(records), "-o", str(lib))[::2],

@@ -1,4 +1,5 @@
 import json
+import logging
 
 import pytest
 
@@ -33,6 +34,21 @@ def test_cuda_without_gpu_takes_the_stated_default_arch_and_indices():
         assert devices["cuda"].target["arch"] == DEFAULT_CUDA_ARCH
     # a CUDA target always has the host CPU as host
     assert devices["cuda"].tvm_target().host.kind.name == "llvm"
+
+
+def test_cuda_without_gpu_says_which_architecture_it_compiles_for(caplog):
+    import tvm
+
+    if tvm.runtime.enabled("cuda") and tvm.cuda(0).exist:
+        pytest.skip("a GPU is present: its architecture is read from it")
+    with caplog.at_level(logging.WARNING, logger="tvm_hetero.devices"):
+        DeviceSet.parse(["cpu", "cuda:1@sm_80"])
+        assert caplog.records == []  # the architecture given: nothing to say
+        DeviceSet.parse(["cpu", "gpu=cuda:1"])
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert f"compiling for {DEFAULT_CUDA_ARCH}" in record.getMessage()
+    assert "gpu=cuda:1@sm_XY" in record.getMessage()
 
 
 def test_json_dict_device_for_any_target():

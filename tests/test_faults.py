@@ -48,6 +48,7 @@ def faulty_tune(tmp_path_factory):
     acked = []
     result = tune("zoo:cnn", devices, trials=trials, strategy="random", batch_size=4,
                   workdir=workdir, seed=0, builder=builder, runner=runner, use_profile=False,
+                  retime=0,  # the faults are the subject here, not the finalists' rounds
                   callback=lambda trial, best: acked.append(placement_key(trial.placement)))
     return dict(result=result, plan=plan, builder=builder, runner=runner, workdir=workdir,
                 devices=devices, trials=trials, acked=acked)
@@ -159,7 +160,8 @@ def test_resuming_retries_no_failed_candidate(faulty_tune, tmp_path):
     builder = FakeBuilder()
     again = tune("zoo:cnn", devices, trials=faulty_tune["trials"], strategy="random",
                  batch_size=4, workdir=str(tmp_path), records=result.records, seed=0,
-                 builder=builder, runner=FakeRunner(lambda p: 0.0), use_profile=False)
+                 builder=builder, runner=FakeRunner(lambda p: 0.0), use_profile=False,
+                 retime=0)
     assert builder.built == [] and again.measured == 0
     assert again.placement == result.placement
     assert [t.result.error for t in again.trials] == [t.result.error for t in result.trials]

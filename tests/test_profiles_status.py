@@ -27,7 +27,7 @@ def test_profile_covers_every_layer_and_pair_and_is_reused(tmp_path, cpu_devices
 
 def test_estimate_counts_one_copy_per_tensor_and_device():
     # a feeds b and c, both on the other device: its output is copied once
-    from test_strategies import layer
+    from test_candidates import layer
 
     layers = [layer("a", 0, 10, 1000), layer("b", 0, 1000, 10, preds=["a"]),
               layer("c", 0, 1000, 10, preds=["a"])]
@@ -63,3 +63,29 @@ def test_probe_measures_real_devices():
     assert all(s.gflops > 0 and s.bandwidth_gbs > 0 for s in statuses)
     assert statuses[1].memory_bytes == 2**30 and statuses[1].memory_is_cap
     assert statuses[0].memory_bytes > 2**30 and not statuses[0].memory_is_cap
+
+
+def test_kept_statuses_follow_the_memory_caps_given_now(tmp_path):
+    """status.json is keyed by the device set without its caps: the memory figures are read
+    afresh, never the ones of the caps it was probed under."""
+    import json
+
+    import psutil
+
+    from tvm_hetero.status import probe_cached
+
+    capped = th.DeviceSet.parse(["cpu", "cpu-generic"], memory={"cpu-generic": "1MiB"})
+    path = tmp_path / "status.json"
+    path.write_text(json.dumps({"devices": capped.fingerprint(), "statuses": [
+        {"name": "cpu", "gflops": 50.0, "memory_bytes": 1 << 40, "bandwidth_gbs": 10.0},
+        {"name": "cpu-generic", "gflops": 20.0, "memory_bytes": 1 << 20,
+         "bandwidth_gbs": 10.0, "memory_is_cap": True}]}))
+    free = th.DeviceSet.parse(["cpu", "cpu-generic"])
+    statuses = probe_cached(free, TaskWeights.equal(), str(path))
+    total = psutil.virtual_memory().total
+    assert [s.memory_bytes for s in statuses] == [total, total]
+    assert not any(s.memory_is_cap for s in statuses)
+    assert statuses[0].gflops == 50.0  # the measured figures are kept
+    other = free.with_memory_caps({"cpu": "2MiB"})
+    statuses = probe_cached(other, TaskWeights.equal(), str(path))
+    assert statuses[0].memory_bytes == 2 << 20 and statuses[0].memory_is_cap

@@ -95,3 +95,40 @@ def test_the_report_summary_keeps_long_layer_names_apart_from_their_kind(capsys)
     # one width for the column: the kinds line up
     assert lines[2].index("elementwise") == lines[3].index("conv2d", len("conv2d_0")) \
         == lines[1].index("kind")
+
+
+def test_report_needs_only_the_records_when_tune_wrote_their_header(tmp_path, capsys):
+    from tvm_hetero.cli.main import main
+    from tvm_hetero.database import header_path
+    from tvm_hetero.search import tune
+    from tvm_hetero.testing import FakeBuilder, FakeRunner
+
+    devices = th.DeviceSet.parse(["cpu", "cpu-generic"])
+    records = tmp_path / "runs" / "r.jsonl"
+
+    def cost(placement):  # cpu-generic is the faster device
+        return sum(1.0 if device == "cpu" else 0.5 for device in placement.assignment.values())
+
+    tune("zoo:mlp", devices, trials=8, strategy="exhaustive", records=str(records),
+         workdir=str(tmp_path / "w"), builder=FakeBuilder(), runner=FakeRunner(cost),
+         use_profile=False)
+    header = json.loads(open(header_path(str(records))).read())
+    assert header["model"] == "zoo:mlp" and header["devices"] == devices.to_json()
+    code = main(["report", str(records), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["model"] == "mlp" and summary["devices"] == ["cpu", "cpu-generic"]
+    assert summary["files"]["report"] == str(tmp_path / "runs" / "r.report" / "report.md")
+    assert summary["best_single_device"]["device"] == "cpu-generic"
+    # the flags override the header: with a cap cpu-generic alone is out (1 MiB of weights)
+    code = main(["report", str(records), "--memory", "cpu-generic=600KiB", "-o",
+                 str(tmp_path / "capped"), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["best_single_device"]["device"] == "cpu"
+    code = main(["report", str(records), "--model", "zoo:mlp", "-d", "cpu", "-d",
+                 "cpu-generic", "-m", "cpu=600KiB", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out)["best_single_device"]["device"] == "cpu-generic"
+    assert json.loads(out)["placement"] == {n: "cpu-generic" for n in summary["placement"]}

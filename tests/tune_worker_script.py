@@ -126,7 +126,7 @@ def main(argv=None) -> int:
         result = tune(args.model, ["cpu", "cpu-generic"], trials=args.trials, strategy="xgb",
                       records=args.records, workdir=args.workdir, seed=args.seed,
                       threshold=args.threshold, batch_size=args.batch_size, builder=builder,
-                      runner=runner, callback=callback)
+                      runner=runner, callback=callback, retime=0)
     print(json.dumps({
         "event": "result", "placement": result.placement.assignment if result.placement
         else None, "latencies_ms": result.latency.latencies_ms if result.latency else None,

@@ -40,7 +40,7 @@ print(f"{model.name}: {len(layers)} layers, "
 # of them. The 1 MiB dense layer cannot go there, so "everything on cpu-generic" is not a
 # candidate and the search must split the model.
 devices = th.DeviceSet.parse(["cpu", "cpu-generic"], memory={"cpu-generic": "150KiB"})
-print(th.strategies.single_device(layers, devices)[0].devices_used, "is the only single device")
+print(th.candidates.single_device(layers, devices)[0].devices_used, "is the only single device")
 
 ######################################################################
 # Search

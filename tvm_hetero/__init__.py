@@ -18,8 +18,7 @@ from .devices import use_every_cpu_thread
 
 use_every_cpu_thread()  # before TVM's thread pool starts: see its docstring
 
-from . import strategies  # noqa: E402 (after the thread setting)
-from .annotate import AnnotateDevice
+from .annotate import AnnotateDevice  # noqa: E402 (after the thread setting)
 from .build import CompiledModel, LatencySummary, build, load, time_function
 from .database import Database
 from .devices import Device, DeviceSet, parse_device, parse_size
@@ -33,7 +32,7 @@ from .memory import memory_use, over_cap
 from .placement import Placement
 from .profiles import Profile, profile_model
 from .report import write_report
-from .search import STRATEGIES, TuneResult, tune
+from .search import STRATEGIES, TuneResult, candidates, tune
 from .status import DeviceStatus, TaskWeights, probe
 from .zoo import ZOO, zoo_model
 
@@ -45,6 +44,6 @@ __all__ = [
     "LatencySummary", "Layer", "LocalBuilder", "LocalRunner", "MeasureResult", "MeasureTask",
     "Measurer", "Model", "ModelError", "Placement", "PlacementError", "Profile", "TaskWeights",
     "ZOO", "build", "extract_layers", "load", "load_model", "memory_use", "over_cap",
-    "parse_device", "parse_size", "prepare", "probe", "profile_model", "strategies",
+    "parse_device", "parse_size", "prepare", "probe", "profile_model", "candidates",
     "STRATEGIES", "TuneResult", "time_function", "tune", "write_report", "zoo_model",
 ]

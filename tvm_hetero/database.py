@@ -7,7 +7,10 @@ Each line is self-contained::
      "placement": {"conv2d_0": "cpu", ...}, "result": {"error": "ok", "latencies_ms": [...]},
      "time": "2026-11-29T21:00:00+00:00", "tags": {"strategy": "xgb", "source": "xgb"}}
 
-``tags`` is optional (who proposed the candidate).
+``tags`` is optional (who proposed the candidate). A record tagged ``"source": "retime"`` is a
+finalist timed again, alternately with the others of its ``"retime"`` group, after the search
+(see :func:`~tvm_hetero.search.tune`): it is kept beside the placement's measurement, which a
+resumed search reuses as it was, and it is the placement's figure for :meth:`Database.best`.
 
 Every line is flushed and fsynced before ``commit`` returns, so an acknowledged record survives
 a killed process. On load, a line that does not parse (a writer killed mid-line) is skipped with
@@ -31,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "tvm_hetero.record"
 VERSION = 1
+RETIME_SOURCE = "retime"
 
 
 def _tvm_version() -> str:
@@ -57,6 +61,7 @@ class Database:
         self.tvm = _tvm_version()
         self._records: dict[str, tuple[Placement, MeasureResult]] = {}
         self._tags: dict[str, dict] = {}  # placement key -> tags of its record
+        self._retimed: dict[str, tuple[Placement, MeasureResult, dict]] = {}
         self.skipped_lines = 0
         self.truncated = False
         self.foreign_records = 0
@@ -94,8 +99,7 @@ class Database:
                 logger.info("%s:%d: skipping an unreadable record (%s)", self.path, number,
                             "truncated" if number == len(lines) else err)
                 continue
-            self._records[self.key(placement)] = (placement, result)
-            self._tags[self.key(placement)] = dict(data.get("tags") or {})
+            self._store(placement, result, dict(data.get("tags") or {}))
         if self.skipped_lines and self._records:  # (with nothing usable the caller reports it)
             logger.warning("%s: skipped %d unreadable record line(s)%s", self.path,
                            self.skipped_lines, ", the last one truncated" if self.truncated
@@ -115,6 +119,7 @@ class Database:
         return found[1] if found else None
 
     def records(self) -> Iterator[tuple[Placement, MeasureResult]]:
+        """The measurements, in the order they were first made (re-timings: :meth:`final`)."""
         return iter(list(self._records.values()))
 
     def tags(self, placement: Placement) -> dict:
@@ -144,10 +149,107 @@ class Database:
             handle.write(line.encode() + b"\n")
             handle.flush()
             os.fsync(handle.fileno())
-        self._records[self.key(placement)] = (placement, result)
-        self._tags[self.key(placement)] = dict(tags or {})
+        self._store(placement, result, dict(tags or {}))
 
-    def best(self) -> tuple[Placement, MeasureResult] | None:
-        """The fastest valid record (verified outputs), or None."""
-        valid = [(p, r) for p, r in self._records.values() if r.ok]
-        return min(valid, key=lambda pr: pr[1].median_ms) if valid else None
+    def _store(self, placement: Placement, result: MeasureResult, tags: dict) -> None:
+        key = self.key(placement)
+        if tags.get("source") == RETIME_SOURCE:
+            self._retimed[key] = (placement, result, tags)
+        else:
+            self._records[key] = (placement, result)
+            self._tags[key] = tags
+
+    def retimed(self, placement: Placement) -> tuple[MeasureResult, dict] | None:
+        """The latest re-timing of a placement and its tags (with its ``"retime"`` group)."""
+        found = self._retimed.get(self.key(placement))
+        return (found[1], dict(found[2])) if found else None
+
+    def final(self) -> Iterator[tuple[Placement, MeasureResult]]:
+        """Each placement with its figure: its re-timing when it has one, else its
+        measurement."""
+        out = {key: (p, r) for key, (p, r) in self._records.items()}
+        out.update({key: (p, r) for key, (p, r, _) in self._retimed.items()})
+        return iter(list(out.values()))
+
+    def best(self, layers=None, devices=None) -> tuple[Placement, MeasureResult] | None:
+        """The fastest valid placement (verified outputs; a re-timed one by its re-timing), or
+        None. Given the model's `layers` and a `devices` set, only placements within its memory
+        caps count (records do not depend on caps: they are checked against the caps given
+        now)."""
+        return min(self.valid(layers, devices), key=lambda pr: pr[1].median_ms, default=None)
+
+    def valid(self, layers=None, devices=None) -> list[tuple[Placement, MeasureResult]]:
+        """The valid placements with their figures (see :meth:`final`), those within
+        `devices`' memory caps when `layers` are given (a placement of other layers or devices is
+        kept: validating it says what is wrong)."""
+        from .memory import fits
+
+        if layers is None:
+            return [(p, r) for p, r in self.final() if r.ok]
+        names = {layer.name for layer in layers}
+
+        def within_caps(placement: Placement) -> bool:
+            if set(placement.assignment) != names or \
+                    not set(placement.assignment.values()) <= set(devices.names):
+                return True
+            return fits(layers, placement, devices)
+
+        return [(p, r) for p, r in self.final() if r.ok and within_caps(p)]
+
+
+HEADER_FORMAT = "tvm_hetero.records_header"
+
+
+def header_path(records: str) -> str:
+    """The header file beside a records file: ``runs/r.jsonl`` -> ``runs/r.header.json``."""
+    return os.path.splitext(os.fspath(records))[0] + ".header.json"
+
+
+def write_header(records: str, model, devices) -> str | None:
+    """Write what the records are of beside them: the model's source (``zoo:NAME`` or the
+    ONNX file's absolute path) with its input shapes, and the devices with their memory caps.
+    Returns the path, or None for a model without a source to name (an in-memory model)."""
+    if not getattr(model, "source", ""):
+        logger.info("no records header: the model was given in memory, not by a source")
+        return None
+    header = {"format": HEADER_FORMAT, "version": VERSION, "model": model.source,
+              "input_shapes": {spec.source_name or spec.name: list(spec.shape)
+                               for spec in model.inputs},
+              "devices": devices.to_json()}
+    path = header_path(records)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(header, handle, indent=1)
+        handle.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_header(records: str) -> dict | None:
+    """The header beside `records` as ``{"model", "input_shapes", "devices"}`` (a DeviceSet),
+    or None when there is none.
+
+    Raises
+    ------
+    HeteroError
+        When the header exists but is not one.
+    """
+    from .devices import DeviceSet
+    from .schemas import RECORDS_HEADER
+
+    path = header_path(records)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise HeteroError(f"records header {path} is unreadable: {err}") from None
+    problem = validation_error(data, RECORDS_HEADER)
+    if problem:
+        raise HeteroError(f"records header {path} is not a tvm_hetero records header: "
+                          f"{problem}")
+    return {"model": data["model"],
+            "input_shapes": {k: tuple(v) for k, v in data["input_shapes"].items()},
+            "devices": DeviceSet.from_json(data["devices"])}

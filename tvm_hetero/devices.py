@@ -6,7 +6,7 @@ A device string is one of
   silently turns into a generic CPU);
 - ``cpu-generic``: LLVM for a generic x86-64 (SSE2 only), a second, different CPU target;
 - ``cuda`` / ``cuda:N``: an NVIDIA GPU; ``arch`` from the GPU when one is present, else
-  ``DEFAULT_CUDA_ARCH``; ``cuda:N@sm_80`` overrides the arch;
+  ``DEFAULT_CUDA_ARCH`` with one warning line saying so; ``cuda:N@sm_80`` sets the arch;
 - a JSON dict of any TVM target, e.g. ``{"kind": "opencl"}``; an optional ``"name"`` key names it.
 
 Any of them may carry an index (``cpu:1``) and be given a name: ``gpu0=cuda:0``.
@@ -109,8 +109,9 @@ def host_target_dict() -> dict[str, Any]:
     return {"kind": "llvm", "mcpu": host_cpu_name(), "num-cores": host_num_cores()}
 
 
-def _cuda_arch(index: int) -> str:
-    """The sm_XY arch of GPU `index` when one is present, else the stated default."""
+def _cuda_arch(index: int, text: str) -> str:
+    """The sm_XY arch of GPU `index` when one is present, else ``DEFAULT_CUDA_ARCH``, said in
+    one warning line (the device string `text` names the device in it)."""
     import tvm
 
     try:
@@ -119,6 +120,9 @@ def _cuda_arch(index: int) -> str:
             return "sm_" + str(dev.compute_version).replace(".", "")
     except Exception:  # no CUDA driver: compile for the default arch
         pass
+    logger.warning("device %r: no GPU %d here to read the architecture from; compiling for "
+                   "%s (give %s@sm_XY to choose another)", text, index, DEFAULT_CUDA_ARCH,
+                   text.split("@")[0])
     return DEFAULT_CUDA_ARCH
 
 
@@ -278,7 +282,7 @@ def parse_device(text: str, cpu_ids: Iterable[int] = ()) -> Device:
         raise DeviceError(f"device {text!r}: only cuda takes an @arch")
     if short == "cuda":
         index = int(index_text or 0)
-        target = {"kind": "cuda", "arch": arch or _cuda_arch(index)}
+        target = {"kind": "cuda", "arch": arch or _cuda_arch(index, text.strip())}
         return Device(name or (f"cuda:{index}" if index_text else "cuda"), target, "cuda", index)
     index = int(index_text) if index_text else next_cpu
     if short == "cpu":
@@ -389,7 +393,9 @@ class DeviceSet:
         return cls([Device.from_json(d) for d in data])
 
     def fingerprint(self) -> str:
-        """A short stable hash of the targets and runtime devices (names excluded)."""
+        """A short stable hash of the targets and runtime devices (names and memory caps
+        excluded: records, profiles and statuses stay valid when a cap changes, and whatever
+        reuses them checks the caps given now)."""
         import hashlib
 
         body = json.dumps([[d.target, d.device_type, d.device_id] for d in self.devices],

@@ -161,15 +161,16 @@ def write_report(out_dir: str, model, devices: DeviceSet, records: str, profile=
 
     layers = layers or extract_layers(model)
     database = Database(records, model.fingerprint(), devices.fingerprint())
-    best = database.best()
+    best = database.best(layers, devices)
     if best is None:
         raise HeteroError(f"no verified record for {model.name} on {', '.join(devices.names)} "
                           f"in {records} ({len(database)} usable, {database.foreign_records} "
                           "of another model, device set or TVM version)")
     placement, latency = best
     os.makedirs(out_dir, exist_ok=True)
-    singles = [(p.devices_used[0], r) for p, r in database.records()
-               if r.ok and len(p.devices_used) == 1]
+    # every figure from the measured placements within the caps, whatever their tags
+    singles = [(p.devices_used[0], r) for p, r in database.valid(layers, devices)
+               if len(p.devices_used) == 1]
     best_single = min(singles, key=lambda pr: pr[1].median_ms, default=None)
     outcomes = Counter(r.error.value for _, r in database.records())
     rows = layer_rows(layers, placement, profile)

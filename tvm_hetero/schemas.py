@@ -1,5 +1,6 @@
-"""JSON schemas of the files users pass in: placements and records. Both are plain JSON, never
-pickles; every file is validated against its schema before anything in it is used."""
+"""JSON schemas of the files users pass in: placements, records and the records' header. All
+are plain JSON, never pickles; every file is validated against its schema before anything in it
+is used."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ RESULT = {
         "run_s": {"type": "number"},
         "message": {"type": "string"},
         "max_error": {"type": "number"},
+        "rounds_ms": {"type": "array", "items": {"type": "number", "minimum": 0}},
     },
 }
 
@@ -60,6 +62,25 @@ RECORD = {
         "tags": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
     },
 }
+
+RECORDS_HEADER = {
+    "type": "object",
+    "required": ["format", "version", "model", "input_shapes", "devices"],
+    "properties": {
+        "format": {"const": "tvm_hetero.records_header"},
+        "version": {"type": "integer", "minimum": 1},
+        "model": {"type": "string", "minLength": 1},
+        "input_shapes": {"type": "object", "additionalProperties": {
+            "type": "array", "items": {"type": "integer", "minimum": 1}}},
+        "devices": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["name", "target", "device_type", "device_id"],
+            "properties": {"name": NAME, "target": {"type": "object", "required": ["kind"]},
+                           "device_type": {"type": "string"},
+                           "device_id": {"type": "integer", "minimum": 0},
+                           "memory_cap": {"type": "integer", "minimum": 0}}}},
+    },
+}
+
 
 
 def validation_error(data, schema) -> str | None:

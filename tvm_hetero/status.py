@@ -128,7 +128,8 @@ def score(statuses: list[DeviceStatus], weights: TaskWeights) -> None:
 
 def probe_cached(devices: DeviceSet, weights: TaskWeights, path: str) -> list[DeviceStatus]:
     """:func:`probe`, measured once per device set and kept in `path` (a search that resumes
-    must see the same statuses to propose the same candidates)."""
+    must see the same statuses to propose the same candidates). The memory figures are not
+    kept: they are read afresh, so that they follow the memory caps given now."""
     import json
     import os
 
@@ -138,6 +139,10 @@ def probe_cached(devices: DeviceSet, weights: TaskWeights, path: str) -> list[De
             data = json.load(handle)
         if data.get("devices") == key:
             statuses = [DeviceStatus(**s) for s in data["statuses"]]
+            for status, device in zip(statuses, devices):
+                # the key leaves the caps out: the memory figure follows the caps given now
+                status.memory_bytes = _total_memory(device)
+                status.memory_is_cap = device.memory_cap is not None
             score(statuses, weights)
             return statuses
     except (OSError, ValueError, KeyError, TypeError):

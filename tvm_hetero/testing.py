@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .measure.runner import Runner
 from .placement import Placement
 
 LIGHT_MODELS = ("bvlc_alexnet", "squeezenet", "resnet50", "vgg19", "zfnet512", "inception_v1",
@@ -111,8 +112,9 @@ class FakeBuilder:
         return out
 
 
-class FakeRunner:
-    """A runner whose latency is ``cost_ms(placement)``, e.g. a profile's estimate."""
+class FakeRunner(Runner):
+    """A runner whose latency is ``cost_ms(placement)``, called once per run (a stateful
+    callable can model noise); re-timing takes :meth:`Runner.retime`'s rounds of runs."""
 
     def __init__(self, cost_ms):
         self.cost_ms = cost_ms

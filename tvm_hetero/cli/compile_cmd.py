@@ -20,7 +20,8 @@ def register(subparsers) -> None:
     source.add_argument("--placement", "-p", metavar="P",
                         help="a placement JSON file, or all:DEVICE to put every layer on one")
     source.add_argument("--records", "-r", metavar="R.jsonl",
-                        help="tuning records: build the fastest verified placement in them")
+                        help="tuning records: build the fastest verified placement in them that "
+                             "fits the memory caps given")
     parser.add_argument("--output", "-o", required=True, help="the library to write (.so)")
     parser.add_argument("--save-placement", metavar="PATH",
                         help="also write the placement used as JSON (default: not written)")
@@ -48,7 +49,7 @@ def run(args) -> int:
     model = load_cli_model(args)
     layers = extract_layers(model)
     if args.records:
-        placement = best_record(args.records, model, devices)
+        placement = best_record(args.records, model, devices, layers)
     else:
         placement = Placement.parse(args.placement, layers)
     placement.model = placement.model or model.name
@@ -107,17 +108,24 @@ def run(args) -> int:
     return 0
 
 
-def best_record(path: str, model, devices):
-    """The fastest verified placement in a records file, for this model and device set."""
+def best_record(path: str, model, devices, layers):
+    """The fastest verified placement in a records file, for this model and device set, among
+    those within the memory caps given now."""
     import os
 
     from ..database import Database
+    from ..memory import describe_over_cap, over_cap
 
     if not os.path.isfile(path):
         raise PlacementError(f"records file not found: {path}")
     database = Database(path, model.fingerprint(), devices.fingerprint())
-    best = database.best()
+    best = database.best(layers, devices)
     if best is None:
+        fastest = database.best()
+        if fastest is not None:
+            raise PlacementError(
+                f"no verified record in {path} fits the memory caps given: the fastest needs "
+                f"{describe_over_cap(over_cap(layers, fastest[0], devices))}")
         reason = (f"{database.foreign_records} record(s) are of another model, device set or "
                   "TVM version" if database.foreign_records else "none of them is a verified "
                   "measurement" if len(database) else "it holds no readable record")

@@ -1,9 +1,9 @@
-"""`tvm-hetero report RECORDS --model M --device .. -o DIR`: tables and plots of a search."""
+"""`tvm-hetero report RECORDS [--model M --device .. -o DIR]`: tables and plots of a search."""
 
 from __future__ import annotations
 
-from .common import (add_device_args, add_input_shape_arg, add_memory_args, load_cli_model,
-                     output_path, parse_devices, print_json)
+from .common import (add_device_args, add_input_shape_arg, add_memory_args, output_path,
+                     parse_input_shapes, parse_memory, print_json)
 
 
 def register(subparsers) -> None:
@@ -11,18 +11,50 @@ def register(subparsers) -> None:
         "report", help="write a report (markdown, plots) of a records file",
         description="Read a records file and write report.md, placement.png (the layers in "
                     "order, coloured by device, copies marked) and search.png (best latency so "
-                    "far per strategy).")
+                    "far per strategy). The model and devices come from the header `tune` "
+                    "writes beside the records (NAME.header.json); the flags override it.")
     parser.add_argument("records", help="the records file written by `tune`")
-    parser.add_argument("--model", required=True, help="the model the records are of")
+    parser.add_argument("--model", help="the model the records are of (default: the header's)")
     add_input_shape_arg(parser)
-    add_device_args(parser)
+    add_device_args(parser, required=False)
     add_memory_args(parser)
-    parser.add_argument("--output", "-o", required=True, help="directory to write into")
+    parser.add_argument("--output", "-o", help="directory to write into (default: NAME.report "
+                                               "beside the records NAME.jsonl)")
     parser.add_argument("--profile", action="store_true",
                         help="profile each layer on each device for the cost columns (default: "
                              "use the tune's stored profile when there is one)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run)
+
+
+def model_and_devices(args):
+    """The model and devices of a records file: the flags', else its header's (caps given with
+    --memory replace the header's)."""
+    from ..database import header_path, read_header
+    from ..devices import DeviceSet
+    from ..errors import HeteroError
+    from ..frontend import load_model
+
+    header = None
+    if not (args.model and args.devices):
+        header = read_header(args.records)
+        if header is None:
+            missing = " and ".join(flag for flag, given in (("--model", args.model),
+                                                            ("--device", args.devices))
+                                   if not given)
+            raise HeteroError(f"{args.records} has no header ({header_path(args.records)} not "
+                              f"found): give {missing}")
+    caps = parse_memory(args.memory)
+    if args.devices:
+        devices = DeviceSet.parse(args.devices, memory=caps)
+    else:
+        devices = header["devices"].with_memory_caps(caps) if caps else header["devices"]
+    if args.model:
+        model = load_model(args.model, input_shapes=parse_input_shapes(args.input_shape))
+    else:
+        shapes = {**header["input_shapes"], **parse_input_shapes(args.input_shape)}
+        model = load_model(header["model"], input_shapes=shapes)
+    return model, devices
 
 
 def stored_profile(model, layers, devices, records: str, measure: bool):
@@ -45,14 +77,14 @@ def run(args) -> int:
     from ..layers import extract_layers
     from ..report import write_report
 
-    devices = parse_devices(args)
     if not os.path.isfile(args.records):
         raise HeteroError(f"records file not found: {args.records}")
-    output_path(args.output)  # its parent must exist; the directory itself is created
-    model = load_cli_model(args)
+    out_dir = args.output or os.path.splitext(args.records)[0] + ".report"
+    output_path(out_dir)  # its parent must exist; the directory itself is created
+    model, devices = model_and_devices(args)
     layers = extract_layers(model)
     profile = stored_profile(model, layers, devices, args.records, args.profile)
-    summary = write_report(args.output, model, devices, args.records, profile, layers)
+    summary = write_report(out_dir, model, devices, args.records, profile, layers)
     if args.json:
         print_json({k: v for k, v in summary.items() if k != "layers"} | {"layers": len(layers)})
     else:

@@ -24,8 +24,17 @@ def register(subparsers) -> None:
     parser.add_argument("--strategy", "-s", choices=STRATEGIES, default="xgb",
                         help="search strategy (default: xgb)")
     parser.add_argument("--threshold", type=int, default=DEFAULT_THRESHOLD,
-                        help=f"samples before the cost model is trained (default: "
-                             f"{DEFAULT_THRESHOLD})")
+                        help=f"samples before the cost model is trained, at least 8, the cost "
+                             f"model's minimum (default: {DEFAULT_THRESHOLD})")
+    parser.add_argument("--max-devices", type=int, metavar="N",
+                        help="devices the greedy seed may use at most (default: the fewest, "
+                             "by score, whose capacity holds the model)")
+    parser.add_argument("--retime", type=int, default=3, metavar="K",
+                        help="before declaring the winner, re-time the K best candidates and "
+                             "each device alone alternately in one process (default: 3; 0: "
+                             "off)")
+    parser.add_argument("--retime-rounds", type=int, default=5, metavar="R",
+                        help="rounds of that re-timing, best of each (default: 5)")
     parser.add_argument("--batch-size", type=int, default=8,
                         help="candidates per round (default: 8)")
     parser.add_argument("--time-budget", type=float, metavar="SECONDS",
@@ -74,6 +83,8 @@ def run(args) -> int:
                       records=args.records, workdir=workdir, threshold=args.threshold,
                       batch_size=args.batch_size, time_budget_s=args.time_budget,
                       early_stopping=args.early_stopping, seed=args.seed,
+                      max_devices=args.max_devices, retime=args.retime,
+                      retime_rounds=args.retime_rounds,
                       builder=LocalBuilder(timeout_s=args.build_timeout),
                       runner=LocalRunner(timeout_s=args.run_timeout), callback=progress)
     finally:
@@ -101,6 +112,14 @@ def run(args) -> int:
         return 0
     counts = ", ".join(f"{name} {sum(1 for v in result.placement.assignment.values() if v == name)}"
                        for name in devices.names)
+    if result.retimed:
+        rounds = result.extra["retime"]["rounds"]
+        print(f"finalists re-timed alternately ({rounds} rounds, best of each):")
+        for placement, searched, again in result.retimed:
+            used = list(placement.assignment.values())
+            layers = ", ".join(f"{name} {used.count(name)}" for name in devices.names)
+            now = f"{again.median_ms:.3f} ms" if again.ok else again.error.value
+            print(f"  {now:>12} (searched {searched.median_ms:.3f} ms; layers: {layers})")
     print(f"best placement: {result.latency.median_ms:.3f} ms (layers: {counts})")
     if result.best_single:
         device, single = result.best_single

@@ -25,8 +25,9 @@ __all__ = ["BuildResult", "Builder", "ErrorKind", "LocalBuilder", "LocalRunner",
 class Measurer:
     """Measures placements of one task: what the records already hold is returned, not
     measured again; a placement over a memory cap is recorded as ``memory_exceeded`` without
-    being built; the rest are built in parallel and run one at a time, and every result is
-    committed to the records as soon as it exists.
+    being built (caps are checked afresh for recorded results too: a verdict or a figure
+    recorded under other caps is not reused); the rest are built in parallel and run one at a
+    time, and every result is committed to the records as soon as it exists.
 
     Parameters
     ----------
@@ -49,6 +50,7 @@ class Measurer:
         self.database = database
         self.keep_artifacts = keep_artifacts
         self.measured = 0  # candidates built and run by this measurer
+        self.retimed = 0  # candidates built again and re-timed by this measurer
 
     def measure(self, placements: Iterable[Placement],
                 tags: dict | None = None) -> list[MeasureResult]:
@@ -61,18 +63,20 @@ class Measurer:
             placement.validate(self.task.layers, self.task.devices)
             recorded = self.database.get(placement) if self.database is not None else None
             key = placement_key(placement)
-            if recorded is not None:
+            # the caps are checked afresh: a recorded result may date from other caps
+            exceeded = over_cap(self.task.layers, placement, self.task.devices)
+            if exceeded:
+                verdict = MeasureResult(ErrorKind.MEMORY_EXCEEDED,
+                                        message=describe_over_cap(exceeded))
+                results[index] = verdict if recorded is not None else \
+                    self._commit(placement, verdict, tags)
+            elif recorded is not None and recorded.error != ErrorKind.MEMORY_EXCEEDED:
                 results[index] = recorded
             elif key in seen:  # the same candidate twice in one batch: measured once
                 continue
             else:
                 seen[key] = index
-                exceeded = over_cap(self.task.layers, placement, self.task.devices)
-                if exceeded:
-                    results[index] = self._commit(placement, MeasureResult(
-                        ErrorKind.MEMORY_EXCEEDED, message=describe_over_cap(exceeded)), tags)
-                else:
-                    todo.append((index, placement))
+                todo.append((index, placement))
         if todo:
             builds = self.builder.build(self.task, [p for _, p in todo])
             for (index, placement), build in zip(todo, builds):
@@ -85,6 +89,23 @@ class Measurer:
             if index not in results:
                 results[index] = results[seen[placement_key(placement)]]
         return [results[i] for i in range(len(placements))]
+
+    def retime(self, placements: list[Placement], rounds: int,
+               tags: dict | None = None) -> list[MeasureResult]:
+        """Build `placements` again and time them alternately in one process (see
+        :meth:`Runner.retime`). Figures and wrong answers are committed with `tags`, after the
+        earlier records of the same placements (which stay in the file); a build or run that
+        failed this time (a timeout, a crash) is returned, not recorded over a measurement."""
+        builds = self.builder.build(self.task, list(placements))
+        try:
+            results = self.runner.retime(self.task, builds, rounds)
+        finally:
+            for build in builds:
+                if build.artifact and not self.keep_artifacts and os.path.exists(build.artifact):
+                    os.remove(build.artifact)
+        self.retimed += len(placements)
+        return [self._commit(p, r, tags) if r.ok or r.error == ErrorKind.WRONG_ANSWER else r
+                for p, r in zip(placements, results)]
 
     def _commit(self, placement: Placement, result: MeasureResult,
                 tags: dict | None = None) -> MeasureResult:

@@ -45,6 +45,9 @@ class MeasureResult:
         One entry per timed repeat (each the mean of ``number`` calls).
     max_error : float
         Largest relative output error against the reference (NaN when not run).
+    rounds_ms : list of float
+        For a re-timed candidate: its figure in each alternating round (``latencies_ms`` then
+        holds the best of them); empty otherwise.
     """
 
     error: ErrorKind
@@ -53,6 +56,7 @@ class MeasureResult:
     build_s: float = 0.0
     run_s: float = 0.0
     max_error: float = float("nan")
+    rounds_ms: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -74,6 +78,8 @@ class MeasureResult:
             out["message"] = self.message[:2000]
         if np.isfinite(self.max_error):
             out["max_error"] = float(self.max_error)
+        if self.rounds_ms:
+            out["rounds_ms"] = list(self.rounds_ms)
         return out
 
     @classmethod
@@ -82,4 +88,5 @@ class MeasureResult:
                    latencies_ms=[float(x) for x in data.get("latencies_ms", [])],
                    message=str(data.get("message", "")), build_s=float(data.get("build_s", 0)),
                    run_s=float(data.get("run_s", 0)),
-                   max_error=float(data.get("max_error", float("nan"))))
+                   max_error=float(data.get("max_error", float("nan"))),
+                   rounds_ms=[float(x) for x in data.get("rounds_ms", [])])

@@ -22,6 +22,33 @@ class Runner(ABC):
     def run(self, task: MeasureTask, builds: list[BuildResult]) -> list[MeasureResult]:
         """One MeasureResult per build, in order (failed builds pass their error through)."""
 
+    def retime(self, task: MeasureTask, builds: list[BuildResult],
+               rounds: int) -> list[MeasureResult]:
+        """Time built candidates alternately: `rounds` rounds, each running every candidate
+        once; a candidate's figure is the best of its rounds (``latencies_ms``), every round's
+        kept in ``rounds_ms``. This default runs each round's candidates through :meth:`run`."""
+        figures: list[list[float]] = [[] for _ in builds]
+        failed: dict[int, MeasureResult] = {}
+        for _ in range(rounds):
+            for index, build in enumerate(builds):
+                if index in failed:
+                    continue
+                (result,) = self.run(task, [build])
+                if result.ok:
+                    figures[index].append(result.median_ms)
+                else:
+                    failed[index] = result
+        return [failed.get(index) or retimed_result(rounds_ms, build.build_s)
+                for index, (build, rounds_ms) in enumerate(zip(builds, figures))]
+
+
+def retimed_result(rounds_ms: list[float], build_s: float = 0.0,
+                   max_error: float = float("nan")) -> MeasureResult:
+    """A re-timed candidate's result: the best of its rounds, every round kept."""
+    return MeasureResult(ErrorKind.NONE, [min(rounds_ms)], build_s=build_s,
+                         max_error=max_error, rounds_ms=list(rounds_ms),
+                         message=f"re-timed: best of {len(rounds_ms)} alternating rounds")
+
 
 class LocalRunner(Runner):
     """Runs one candidate at a time (measurements must not overlap) in a worker process that
@@ -70,6 +97,45 @@ class LocalRunner(Runner):
 
     def run(self, task: MeasureTask, builds: list[BuildResult]) -> list[MeasureResult]:
         return [self._run_one(task, build) for build in builds]
+
+    def retime(self, task: MeasureTask, builds: list[BuildResult],
+               rounds: int) -> list[MeasureResult]:
+        """All candidates loaded into one worker process and timed there alternately (see
+        :meth:`Runner.retime`); the worker may take `timeout_s` per candidate."""
+        from tvm.support.popen_pool import PopenPoolExecutor
+
+        results: dict[int, MeasureResult] = {}
+        ready = [(i, b) for i, b in enumerate(builds) if b.error == ErrorKind.NONE]
+        for index, build in enumerate(builds):
+            if build.error != ErrorKind.NONE:
+                results[index] = MeasureResult(build.error, message=build.message,
+                                               build_s=build.build_s)
+        if ready:
+            pool = PopenPoolExecutor(max_workers=1, timeout=self.timeout_s * len(ready))
+            try:
+                future = pool.submit(worker.retime_candidates, [b.artifact for _, b in ready],
+                                     task.devices.to_json(), task.inputs_file,
+                                     task.reference_file, rounds, self.min_repeat_ms)
+                try:
+                    outs = future.result()
+                except TimeoutError:
+                    outs = MeasureResult(ErrorKind.RUN_TIMEOUT, message=f"re-timing killed "
+                                         f"after {self.timeout_s * len(ready):g} s")
+                except Exception as err:  # a crash of the re-timing worker is its result
+                    outs = MeasureResult(ErrorKind.RUN_ERROR, message=_error_text(err))
+            finally:
+                pool.shutdown()
+            for position, (index, build) in enumerate(ready):
+                if isinstance(outs, MeasureResult):
+                    results[index] = outs
+                elif not outs[position]["ok"]:
+                    results[index] = MeasureResult(
+                        ErrorKind.WRONG_ANSWER, max_error=outs[position]["max_error"],
+                        message="outputs differ from the reference when re-timed")
+                else:
+                    results[index] = retimed_result(outs[position]["rounds_ms"], build.build_s,
+                                                    outs[position]["max_error"])
+        return [results[i] for i in range(len(builds))]
 
     def _run_one(self, task: MeasureTask, build: BuildResult) -> MeasureResult:
         if build.error != ErrorKind.NONE:

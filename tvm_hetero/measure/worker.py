@@ -88,3 +88,33 @@ def run_candidate(lib_path: str, devices_json: list, inputs_file: str, reference
                                      min_repeat_ms=min_repeat_ms)
     return {"ok": True, "max_error": max_error, "latencies_ms": latency.results,
             "screened": screened}
+
+
+def retime_candidates(lib_paths: list[str], devices_json: list, inputs_file: str,
+                      reference_file: str, rounds: int, min_repeat_ms: float) -> list[dict]:
+    """Load several built libraries into this one process, check each against the reference,
+    then time them alternately: each round times every candidate once (one measurement of at
+    least `min_repeat_ms`), so that a slow spell of the machine falls on all of them."""
+    from ..build import load
+    from ..devices import DeviceSet
+    from .task import outputs_match
+
+    _quiet_worker_logs()
+    devices = DeviceSet.from_json(devices_json)
+    with np.load(inputs_file, allow_pickle=False) as data:
+        inputs = {key: data[key] for key in data.files}
+    with np.load(reference_file, allow_pickle=False) as data:
+        reference = [data[f"arr_{i}"] for i in range(len(data.files))]
+    compiled, out = [], []
+    for path in lib_paths:
+        model = load(path, devices)
+        ok, max_error = outputs_match(model.run(inputs), reference)
+        compiled.append(model if ok else None)
+        out.append({"ok": ok, "max_error": max_error, "rounds_ms": []})
+    for _ in range(rounds):
+        for model, entry in zip(compiled, out):
+            if model is not None:
+                latency = model.benchmark(inputs, warmup=1, repeat=1,
+                                          min_repeat_ms=min_repeat_ms)
+                entry["rounds_ms"].append(latency.results[0])
+    return out

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tvm_hetero import DeviceSet, Placement, PlacementError
-from tvm_hetero import strategies as S
+from tvm_hetero.search import candidates as S
 from tvm_hetero.layers import Layer, TensorInfo
 from tvm_hetero.memory import fits, memory_use
 from tvm_hetero.profiles import Profile, TransferFit

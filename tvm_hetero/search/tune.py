@@ -1,53 +1,32 @@
-"""The search: find the fastest correct placement with few measurements.
-
-``tune`` measures seed candidates first (the min-cut for two devices and the DP on the profile,
-its best guesses, then every device alone and the greedy placement), then, while the budget
-lasts:
-
-- below ``threshold`` measured samples it measures diverse feasible candidates (random
-  placements and mutations of the best so far) and would take the best measured (the second
-  seed's rule);
-- at or past the threshold it trains the XGBoost cost model on all measurements, ranks a large
-  pool (mutations of the top candidates, DP/local-search variants, random placements), measures
-  the top of the ranking plus a small share of random exploration, and retrains.
-
-Every candidate passes through the runner (verified outputs) and every result into the records;
-re-running with the same records measures nothing twice. Strategies, by name: ``xgb`` (the
-default), ``random``, ``greedy``, ``mincut``, ``best-of-samples`` (the seed's rule without a
-model), ``exhaustive`` (every feasible placement: small models, the ground truth).
-"""
+"""The search loop: :func:`tune` measures the candidates a strategy proposes (see
+``strategy.py``) through a :class:`~tvm_hetero.measure.Measurer`, re-times the finalists
+alternately and declares the winner."""
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
 import os
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
-from . import strategies as gen
-from .cost_model import Featurizer, XGBCostModel, XGBParams
-from .database import Database
-from .devices import DeviceSet
-from .errors import HeteroError, PlacementError
-from .frontend import load_model
-from .measure import LocalBuilder, LocalRunner, MeasureResult, MeasureTask, Measurer
-from .memory import fits
-from .placement import Placement
-from .profiles import profile_model
-from .status import TaskWeights, probe_cached
+from ..cost_model import XGBParams
+from ..database import RETIME_SOURCE, Database, write_header
+from ..devices import DeviceSet
+from ..errors import HeteroError, PlacementError
+from ..frontend import load_model
+from ..measure import LocalBuilder, LocalRunner, MeasureResult, MeasureTask, Measurer
+from ..placement import Placement
+from ..profiles import profile_model
+from ..status import TaskWeights, probe_cached
+from . import candidates as gen
+from .strategy import DEFAULT_THRESHOLD, create
 
 logger = logging.getLogger(__name__)
-
-STRATEGIES = ("xgb", "random", "greedy", "mincut", "best-of-samples", "exhaustive")
-DEFAULT_THRESHOLD = 16
-EXHAUSTIVE_LIMIT = 4096
-
 
 @dataclass
 class Trial:
@@ -68,7 +47,7 @@ class TuneResult:
         The fastest verified placement (None when no candidate ran correctly).
     latency : MeasureResult or None
     best_single : tuple of (device name, MeasureResult) or None
-        The fastest single-device placement measured.
+        The fastest single-device placement measured (by placement, whatever proposed it).
     history : list of float
         Best verified latency so far after each trial (ms; inf before the first).
     trials : list of Trial
@@ -76,6 +55,8 @@ class TuneResult:
         Candidates built and run by this call (the rest came from the records).
     records : str
         The records file.
+    retimed : list of (Placement, MeasureResult, MeasureResult)
+        The finalists re-timed alternately: placement, the search's figure, the re-timed one.
     """
 
     placement: Placement | None
@@ -88,6 +69,7 @@ class TuneResult:
     strategy: str
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    retimed: list[tuple[Placement, MeasureResult, MeasureResult]] = field(default_factory=list)
 
     @property
     def speedup(self) -> float | None:
@@ -113,13 +95,22 @@ class TuneResult:
             "history_ms": self.history,
             "records": self.records,
             "seconds": round(self.seconds, 2),
+            "retimed": [{"devices_used": p.devices_used, "search_ms": searched.median_ms,
+                         "retimed_ms": again.median_ms if again.ok else None,
+                         "rounds_ms": again.rounds_ms, "error": again.error.value}
+                        for p, searched, again in self.retimed],
         }
 
 
-class _Search:
+class SearchState:
+    """What a strategy works with: the task, the trials so far, the budget, and the candidate
+    sources (seeds, diverse samples, a pool to rank); :meth:`evaluate` measures."""
+
     def __init__(self, task: MeasureTask, measurer: Measurer, profile, budget: int,
                  time_budget_s: float | None, rng: np.random.Generator,
-                 callback: Callable[[Trial, float], None] | None, strategy: str):
+                 callback: Callable[[Trial, float], None] | None, strategy: str,
+                 max_devices: int | None = None, batch_size: int = 8,
+                 early_stopping: int | None = None):
         self.task = task
         self.strategy = strategy
         self.layers = task.layers
@@ -133,6 +124,10 @@ class _Search:
         self.trials: list[Trial] = []
         self.history: list[float] = []
         self.seen: set[Placement] = set()
+        self.max_devices = max_devices
+        self.batch_size = batch_size
+        self.early_stopping = early_stopping
+        self.extra: dict[str, Any] = {}
 
     # -- bookkeeping ------------------------------------------------------------------------
     @property
@@ -181,13 +176,23 @@ class _Search:
             self.evaluate(gen.single_device(self.layers, self.devices), "single-device")
         if "greedy" in which:
             weights = TaskWeights.for_layers(self.layers)
-            try:
-                statuses = probe_cached(self.devices, weights,
-                                        os.path.join(self.task.workdir, "status.json"))
-                self.evaluate([gen.greedy(self.layers, self.devices, statuses, weights)],
-                              "greedy")
-            except PlacementError as err:
-                logger.info("greedy placement skipped: %s", err)
+            statuses = probe_cached(self.devices, weights,
+                                    os.path.join(self.task.workdir, "status.json"))
+            needed = gen.devices_needed(self.layers, self.devices, statuses)
+            limits = [self.max_devices] if self.max_devices else range(needed,
+                                                                        len(self.devices) + 1)
+            for limit in limits:
+                try:
+                    placement = gen.greedy(self.layers, self.devices, statuses, weights,
+                                           max_devices=limit)
+                except PlacementError as err:
+                    logger.info("greedy placement on at most %d device(s) skipped: %s", limit,
+                                err)
+                    continue
+                logger.info("greedy seed on at most %d device(s) (the model needs %d by "
+                            "capacity)", limit, needed)
+                self.evaluate([placement], "greedy")
+                break
 
     def diverse(self, count: int) -> list[Placement]:
         """Random feasible placements and mutations of the best so far, half and half."""
@@ -232,7 +237,9 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
          time_budget_s: float | None = None, early_stopping: int | None = None,
          seed: int = 0, builder=None, runner=None, use_profile: bool = True,
          cost_model_params: XGBParams | None = None,
-         callback: Callable[[Trial, float], None] | None = None) -> TuneResult:
+         callback: Callable[[Trial, float], None] | None = None,
+         max_devices: int | None = None, retime: int = 3,
+         retime_rounds: int = 5) -> TuneResult:
     """Search for the fastest correct placement of a model on devices.
 
     Parameters
@@ -245,11 +252,14 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
     strategy : str
         One of ``STRATEGIES``.
     records : str, optional
-        The records file (default ``workdir/records.jsonl``); resumed when it exists.
+        The records file (default ``workdir/records.jsonl``); resumed when it exists. A
+        header beside it (``NAME.header.json``) names the model's source and the devices.
     workdir : str, optional
         Where the task, profile and cost model are kept (default: a temporary directory).
     threshold : int
-        Measured samples below which no model is trained (default 16).
+        Measured samples below which no model is trained (default 16); for ``xgb`` at least
+        the cost model's minimum training rows (``XGBParams.num_warmup_samples``, 8), below
+        which it would rank at random.
     batch_size : int
         Candidates measured per round after the seeds (default 8).
     explore : float
@@ -266,104 +276,90 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
         Profile layers and copies (needed by the min-cut, the DP and two features).
     callback : callable, optional
         ``callback(trial, best_ms)`` after each trial (progress bars).
+    max_devices : int, optional
+        Devices the greedy seed may use at most (default: the fewest, by score, whose
+        capacity holds the model; more when its greedy placement does not fit them).
+    retime : int
+        Best candidates re-timed alternately before the winner is declared, besides each
+        device alone (default 3; 0 declares the search's figures as they are).
+    retime_rounds : int
+        Rounds of that re-timing (default 5); each candidate's figure is its best round.
 
     Returns
     -------
     TuneResult
     """
-    if strategy not in STRATEGIES:
-        raise HeteroError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     if trials < 1 or batch_size < 1 or threshold < 0 or not 0 <= explore <= 1:
         raise HeteroError("trials and batch size must be >= 1, threshold >= 0, explore in [0, 1]")
+    if retime < 0 or retime_rounds < 1:
+        raise HeteroError("retime must be >= 0 and retime rounds >= 1")
+    chosen = create(strategy, threshold=threshold, explore=explore,
+                    cost_model_params=cost_model_params, seed=seed)
     start = time.monotonic()
     model = load_model(model)
     devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
+    if max_devices is not None and not 1 <= max_devices <= len(devices):
+        raise HeteroError(f"max devices must be between 1 and the {len(devices)} devices given, "
+                          f"got {max_devices}")
     workdir = workdir or tempfile.mkdtemp(prefix="tvm_hetero_tune_")
     os.makedirs(workdir, exist_ok=True)
     records = records or os.path.join(workdir, "records.jsonl")
     task = MeasureTask.create(model, devices, workdir, seed=seed)
     database = Database(records, model.fingerprint(), devices.fingerprint())
+    write_header(records, model, devices)  # `report RECORDS` needs nothing more
     measurer = Measurer(task, builder or LocalBuilder(), runner or LocalRunner(), database)
     profile = None
-    if use_profile and strategy in ("xgb", "mincut", "best-of-samples", "random"):
+    if use_profile and chosen.uses_profile:
         profile = profile_model(model, task.layers, devices, os.path.join(workdir,
                                                                             "profile.json"))
-    search = _Search(task, measurer, profile, trials, time_budget_s,
-                     np.random.default_rng(seed), callback, strategy)
-    extra: dict[str, Any] = {}
+    search = SearchState(task, measurer, profile, trials, time_budget_s,
+                         np.random.default_rng(seed), callback, strategy, max_devices,
+                         batch_size, early_stopping)
+    chosen.run(search)
+    extra = search.extra
 
-    if strategy == "exhaustive":
-        candidates = _all_feasible(task.layers, devices)
-        search.budget = max(trials, len(candidates))
-        search.evaluate(candidates, "exhaustive")
-    elif strategy == "greedy":
-        search.seeds(("single", "greedy"))
-    elif strategy == "mincut":
-        search.seeds(("single", "mincut"))
-    else:
-        search.seeds(("single", "greedy", "mincut") if strategy != "random" else ("single",))
-        model_ = XGBCostModel(cost_model_params or XGBParams(seed=seed))
-        featurize = Featurizer(task.layers, devices.names, profile)
-        last_improvement, best_seen = len(search.trials), search.best_ms
-        while not search.out_of_budget():
-            batch = min(batch_size, search.left)
-            measured = [t for t in search.trials if t.result.ok]
-            if strategy == "xgb" and len(measured) >= threshold:
-                model_.fit(featurize([t.placement for t in measured]),
-                           np.array([t.result.median_ms for t in measured]))
-                pool = search.pool(max(256, 16 * batch))
-                if not pool:
-                    break
-                scores = model_.predict(featurize(pool))
-                order = list(np.argsort(-scores))
-                n_explore = min(len(order), math.ceil(explore * batch)) if explore else 0
-                chosen = order[:batch - n_explore]
-                rest = order[batch - n_explore:]
-                if n_explore and rest:
-                    chosen += list(search.rng.choice(rest, size=min(n_explore, len(rest)),
-                                                     replace=False))
-                search.evaluate([pool[i] for i in chosen], "xgb")
-                extra["model_trained"] = model_.trained
-            else:
-                candidates = search.diverse(batch) if strategy != "random" else [
-                    gen.random_placement(task.layers, devices, search.rng)
-                    for _ in range(batch)]
-                if not [c for c in candidates if c is not None and c not in search.seen]:
-                    extra["exhausted"] = True  # no unseen feasible candidate was found
-                    break
-                search.evaluate(candidates, "random" if strategy == "random" else "samples")
-            if search.best_ms < best_seen * 0.995:
-                last_improvement, best_seen = len(search.trials), search.best_ms
-            if early_stopping and len(search.trials) - last_improvement >= early_stopping:
-                logger.info("early stop: no improvement in %d trials", early_stopping)
-                break
-        if strategy == "xgb":
-            model_.save(os.path.join(workdir, "cost_model.json"))
-            extra["cost_model"] = os.path.join(workdir, "cost_model.json")
-
-    best = search.best(1)
-    singles = [t for t in search.trials if t.source == "single-device" and t.result.ok]
-    if not singles:  # single-device placements from earlier sources (exhaustive) count too
-        singles = [t for t in search.trials if t.result.ok
-                   and len(t.placement.devices_used) == 1]
-    best_single = min(singles, key=lambda t: t.result.median_ms, default=None)
+    retimed = _retime_finalists(search, measurer, database, retime, retime_rounds, extra)
+    ranked = [(p, again) for p, _, again in retimed if again.ok] or \
+        [(t.placement, t.result) for t in search.best(len(search.trials))]
+    best = min(ranked, key=lambda pr: pr[1].median_ms, default=None)
+    singles = [(p, r) for p, r in ranked if len(p.devices_used) == 1]
+    best_single = min(singles, key=lambda pr: pr[1].median_ms, default=None)
     return TuneResult(
-        placement=best[0].placement if best else None,
-        latency=best[0].result if best else None,
-        best_single=(best_single.placement.devices_used[0], best_single.result)
-        if best_single else None,
+        placement=best[0] if best else None, latency=best[1] if best else None,
+        best_single=(best_single[0].devices_used[0], best_single[1]) if best_single else None,
         history=search.history, trials=search.trials, measured=measurer.measured,
-        records=records, strategy=strategy, seconds=time.monotonic() - start, extra=extra)
+        records=records, strategy=strategy, seconds=time.monotonic() - start, extra=extra,
+        retimed=retimed)
 
 
-def _all_feasible(layers, devices: DeviceSet) -> list[Placement]:
-    count = len(devices) ** len(layers)
-    if count > EXHAUSTIVE_LIMIT:
-        raise HeteroError(f"exhaustive search over {count} placements is too large (limit "
-                          f"{EXHAUSTIVE_LIMIT}): use a smaller model or another strategy")
-    out = []
-    for combo in itertools.product(devices.names, repeat=len(layers)):
-        placement = Placement(dict(zip([layer.name for layer in layers], combo)))
-        if fits(layers, placement, devices):
-            out.append(placement)
-    return out
+def _finalists(trials: list[Trial], count: int) -> list[Trial]:
+    """The `count` fastest verified trials and every verified single-device one (by
+    placement): which device alone is the fastest is decided in the same rounds too."""
+    valid = sorted((t for t in trials if t.result.ok), key=lambda t: t.result.median_ms)
+    chosen = valid[:count]
+    chosen += [t for t in valid[count:] if len(t.placement.devices_used) == 1]
+    return chosen
+
+
+def _retime_finalists(search: SearchState, measurer: Measurer, database: Database, count: int,
+                      rounds: int, extra: dict[str, Any]) -> list:
+    """Re-time the finalists alternately in one process, unless their records already hold
+    one such re-timing of them all (a resumed search measures nothing twice)."""
+    finalists = _finalists(search.trials, count) if count else []
+    if not finalists:
+        return []
+    recorded = [database.retimed(t.placement) for t in finalists]
+    groups = {found[1].get("retime") if found else None for found in recorded}
+    if len(groups) == 1 and None not in groups:
+        extra["retime"] = {"rounds": rounds, "reused": True}
+        return [(t.placement, t.result, found[0]) for t, found in zip(finalists, recorded)]
+    tags = {"strategy": search.strategy, "source": RETIME_SOURCE,
+            "retime": uuid.uuid4().hex[:12]}
+    logger.info("re-timing %d finalists alternately, %d rounds", len(finalists), rounds)
+    results = measurer.retime([t.placement for t in finalists], rounds, tags)
+    extra["retime"] = {"rounds": rounds, "reused": False}
+    failed = [r for r in results if not r.ok]
+    if failed:
+        logger.warning("%d of %d finalists failed when re-timed (%s)", len(failed),
+                       len(results), failed[0].message or failed[0].error.value)
+    return [(t.placement, t.result, again) for t, again in zip(finalists, results)]

@@ -1,8 +1,10 @@
 """Candidate generators: the placements a search measures first and mutates.
 
+- :func:`all_feasible`: every placement within the caps (small models: the ground truth);
 - :func:`single_device`: everything on one device, for each device that fits;
 - :func:`greedy`: the first seed's rule: layers by parameter count, each to the best-scoring
-  device that still has room, the device's state updated after every layer;
+  device that still has room, the device's state updated after every layer, on at most
+  :func:`devices_needed` devices (the fewest, by score, whose capacity holds the model);
 - :func:`random_placement`: uniformly random feasible placements;
 - :func:`min_cut`: Stone (1977): for two devices with additive per-layer and transfer costs,
   the optimal assignment is a minimum s-t cut (networkx);
@@ -15,19 +17,36 @@ Every generator returns only placements that fit the devices' memory caps (or No
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 
 import numpy as np
 
-from .devices import DeviceSet
-from .errors import PlacementError
-from .memory import fits, memory_use
-from .placement import Placement
-from .profiles import Profile
-from .status import DeviceStatus, TaskWeights
+from ..devices import DeviceSet
+from ..errors import HeteroError, PlacementError
+from ..memory import fits, memory_use
+from ..placement import Placement
+from ..profiles import Profile
+from ..status import DeviceStatus, TaskWeights
 
 logger = logging.getLogger(__name__)
+
+EXHAUSTIVE_LIMIT = 4096
+
+
+def all_feasible(layers, devices: DeviceSet) -> list[Placement]:
+    """Every placement within the caps, when there are at most ``EXHAUSTIVE_LIMIT``."""
+    count = len(devices) ** len(layers)
+    if count > EXHAUSTIVE_LIMIT:
+        raise HeteroError(f"exhaustive search over {count} placements is too large (limit "
+                          f"{EXHAUSTIVE_LIMIT}): use a smaller model or another strategy")
+    out = []
+    for combo in itertools.product(devices.names, repeat=len(layers)):
+        placement = Placement(dict(zip([layer.name for layer in layers], combo)))
+        if fits(layers, placement, devices):
+            out.append(placement)
+    return out
 
 
 def single_device(layers, devices: DeviceSet) -> list[Placement]:
@@ -111,6 +130,24 @@ def greedy(layers, devices: DeviceSet, statuses: list[DeviceStatus], weights: Ta
         states[chosen].take(layer)
         assignment[layer.name] = chosen
     return Placement({layer.name: assignment[layer.name] for layer in layers})
+
+
+def devices_needed(layers, devices: DeviceSet, statuses: list[DeviceStatus]) -> int:
+    """The fewest devices, taken by score (best first), whose capacities together hold the
+    model: its parameter bytes plus its largest layer's activations (a lower bound, the way
+    :func:`~tvm_hetero.memory.memory_use` counts one device). A device's capacity is its cap,
+    else its memory. All the devices when even they do not hold it."""
+    by_name = {s.name: s for s in statuses}
+    need = sum(layer.param_bytes for layer in layers) + max(
+        (layer.activation_bytes_in + layer.activation_bytes_out for layer in layers), default=0)
+    capacities = [d.memory_cap if d.memory_cap is not None else by_name[d.name].memory_bytes
+                  for d in sorted(devices, key=lambda d: -by_name[d.name].score)]
+    held = 0
+    for count, capacity in enumerate(capacities, 1):
+        held += capacity
+        if held >= need:
+            return count
+    return len(capacities)
 
 
 def random_placement(layers, devices: DeviceSet, rng: np.random.Generator) -> Placement | None:
