@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ._native import quiet_native_stderr
-from .errors import ModelError, error_message
+from .._native import quiet_native_stderr
+from ..errors import ModelError, error_message
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,8 @@ def _onnx_input_specs(model) -> list[tuple[str, list, str]]:
 
 def _load_onnx(model, name: str, input_shapes: dict[str, tuple[int, ...]] | None) -> Model:
     import tvm
-    from tvm.relax.frontend.onnx import from_onnx
+
+    from .onnx_fixes import import_onnx
 
     specs = _onnx_input_specs(model)
     shape_dict = {}
@@ -131,8 +132,7 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple[int, ...]] | None
     # the importer prints its conversion errors on stdout: they belong in the error instead
     with contextlib.redirect_stdout(io.StringIO()):
         try:
-            mod = from_onnx(model, shape_dict=shape_dict,
-                            dtype_dict={s[0]: s[2] for s in specs}, keep_params_in_input=False)
+            mod = import_onnx(model, shape_dict, {s[0]: s[2] for s in specs})
         except Exception as err:  # the importer raises many kinds; all mean "cannot import"
             failure = err
     if failure is not None:
@@ -221,7 +221,7 @@ def load_model(source: Any, name: str | None = None,
     if isinstance(source, (str, os.PathLike)):
         text = os.fspath(source)
         if text.startswith("zoo:"):
-            from .zoo import zoo_model
+            from ..zoo import zoo_model
 
             zoo_name = text[4:]
             model = _load_onnx(zoo_model(zoo_name), name or zoo_name, input_shapes)
