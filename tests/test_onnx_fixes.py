@@ -1,0 +1,70 @@
+"""Our ONNX converter fixes (tvm_hetero/frontend/onnx_fixes.py), each on the onnx backend-test
+case that needed it, through the tool's path: load_model, a random two-device placement,
+build, run, compared with the case's reference outputs."""
+
+import numpy as np
+import pytest
+
+import tvm_hetero as th
+from tvm_hetero.cli.main import main
+from tvm_hetero.testing import onnx_case, onnx_case_dir, random_placement
+
+FIXED_CASES = [
+    "pytorch-converted/test_PReLU_1d_multiparam",   # PRelu: per-channel slope (opset 6)
+    "pytorch-converted/test_PReLU_2d_multiparam",
+    "pytorch-converted/test_PReLU_3d_multiparam",
+    "pytorch-operator/test_operator_index",         # Slice-1: starts/ends as attributes
+    "simple/test_expand_shape_model1",              # Expand: run-time shape, fewer dims
+    "simple/test_expand_shape_model2",
+    "simple/test_expand_shape_model3",              # Expand: run-time shape, more dims
+    "simple/test_expand_shape_model4",
+    "simple/test_sequence_model1",                  # an output that is an input: copied
+    "simple/test_sequence_model3",                  # SequenceInsert at a negative position
+    "simple/test_sequence_model6",                  # SequenceLength of SplitToSequence
+    "simple/test_sequence_model8",                  # SplitToSequence, run-time split
+]
+
+
+def run_case(name, seed=0):
+    model_proto, inputs, want = onnx_case(onnx_case_dir(name))
+    model = th.load_model(model_proto, input_shapes={k: v.shape for k, v in inputs.items()})
+    layers = th.extract_layers(model)
+    placement = random_placement(layers, ["cpu", "cpu-generic"], np.random.default_rng(seed))
+    compiled = th.build(model, placement, ["cpu", "cpu-generic"])
+    got = compiled.run({s.name: inputs[s.source_name] for s in model.inputs})
+    return compiled, model, inputs, got, want
+
+
+@pytest.mark.parametrize("name", FIXED_CASES)
+def test_fixed_case_matches_its_reference(name):
+    _, _, _, got, want = run_case(name)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.shape == np.asarray(b).shape and a.dtype == np.asarray(b).dtype
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-7)
+
+
+def test_expand_refuses_a_shape_input_that_broadcasts_otherwise():
+    compiled, model, inputs, _, _ = run_case("simple/test_expand_shape_model3")
+    names = {s.source_name: s.name for s in model.inputs}
+    good = dict(inputs)
+    good["shape"] = np.array([3, 3, 3], dtype=np.int64)  # also gives (3, 3, 3)
+    compiled.run({names[k]: v for k, v in good.items()})
+    bad = dict(inputs)
+    bad["shape"] = np.array([3, 2, 3], dtype=np.int64)
+    with pytest.raises(th.InputError, match="out-of-range index.*Expand"):
+        compiled.run({names[k]: v for k, v in bad.items()})
+
+
+@pytest.mark.parametrize("name, op", [
+    ("simple/test_gradient_of_add", "op Gradient is a training-only op"),
+    ("simple/test_strnorm_model_monday_casesensintive_lower",
+     "op StringNormalizer (node y) works on string tensors"),
+])
+def test_out_of_scope_ops_are_refused_naming_the_op(name, op, capsys):
+    with pytest.raises(th.ModelError, match=op.replace("(", r"\(").replace(")", r"\)")):
+        th.load_model(onnx_case_dir(name) + "/model.onnx")
+    code = main(["inspect", onnx_case_dir(name) + "/model.onnx"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("Error: ") and op in lines[0]
