@@ -68,3 +68,40 @@ def test_out_of_scope_ops_are_refused_naming_the_op(name, op, capsys):
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("Error: ") and op in lines[0]
+
+
+def _node_model(node, inputs, outputs):
+    from onnx import helper
+
+    graph = helper.make_graph([node], node.op_type, inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_input_passed_through_dropout_is_still_a_layer():
+    from onnx import TensorProto, helper
+
+    proto = _node_model(helper.make_node("Dropout", ["x"], ["y"]),
+                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = th.load_model(proto)
+    layers = th.extract_layers(model)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = th.build(model, th.Placement({l.name: "cpu-generic" for l in layers}),
+                   ["cpu", "cpu-generic"]).run([x])[0]
+    np.testing.assert_array_equal(got, x)
+
+
+def test_a_scalar_input_stays_a_scalar():
+    from onnx import TensorProto, helper
+
+    proto = _node_model(helper.make_node("Clip", ["x", "low", "high"], ["y"]),
+                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                         helper.make_tensor_value_info("low", TensorProto.FLOAT, []),
+                         helper.make_tensor_value_info("high", TensorProto.FLOAT, [])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = th.load_model(proto)
+    layers = th.extract_layers(model)
+    compiled = th.build(model, th.Placement({l.name: "cpu" for l in layers}), ["cpu"])
+    x = np.array([-2, -0.5, 0.5, 2], dtype=np.float32)
+    got = compiled.run([x, np.array(-1, dtype=np.float32), np.array(1, dtype=np.float32)])[0]
+    np.testing.assert_array_equal(got, np.clip(x, -1, 1))

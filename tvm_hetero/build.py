@@ -571,7 +571,7 @@ def _match_inputs(inputs, specs: list[InputSpec]) -> list[np.ndarray]:
         if arr.dtype != np.dtype(spec.dtype):
             raise InputError(f"input {spec.name!r} has dtype {arr.dtype}, the model expects "
                              f"{spec.dtype}")
-        out.append(np.ascontiguousarray(arr))
+        out.append(np.require(arr, requirements="C"))  # keeps a 0-d array 0-d
     return out
 
 

@@ -305,16 +305,35 @@ def _static_shapes(model) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _computed(bb, value, inputs: list):
+#: ops that compute nothing at inference (their first output is their first input)
+PASS_THROUGH_OPS = {"Identity", "Dropout"}
+
+
+def _passed_through(graph) -> set[str]:
+    """Names of the graph outputs that are a graph input passed through PASS_THROUGH_OPS."""
+    producers = {node.output[0]: node for node in graph.node if node.output}
+    inputs = {value.name for value in graph.input}
+    passed = set()
+    for value in graph.output:
+        name = value.name
+        while name in producers and producers[name].op_type in PASS_THROUGH_OPS:
+            name = producers[name].input[0]
+        if name in inputs:
+            passed.add(value.name)
+    return passed
+
+
+def _computed(bb, value, inputs: list, passed_through: bool = False):
     """``value``, with a copy kernel for each tensor in it that no op computes (a model input
-    or a constant returned as is: Identity, a folded graph), so that every output is a
+    returned as is, or through Identity and Dropout; a constant), so that every output is a
     layer's output."""
     import tvm
     from tvm import relax, topi
 
     if isinstance(value, relax.Tuple):
         return relax.Tuple([_computed(bb, field, inputs) for field in value.fields])
-    if isinstance(value, tvm.ir.GenericConst) or any(value.same_as(v) for v in inputs):
+    if (passed_through or isinstance(value, tvm.ir.GenericConst)
+            or any(value.same_as(v) for v in inputs)):
         return bb.emit_te(topi.identity, value)
     return value
 
@@ -380,8 +399,10 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
         def _construct_nodes(self, graph):
             super()._construct_nodes(graph)
             inputs = [var for var in self._inputs.values() if isinstance(var, relax.Var)]
+            passed = _passed_through(graph)
             for value in graph.output:
-                self._nodes[value.name] = _computed(self.bb, self._nodes[value.name], inputs)
+                self._nodes[value.name] = _computed(self.bb, self._nodes[value.name], inputs,
+                                                    value.name in passed)
 
         def _convert_operator(self, op_name, inputs, attrs, opset):
             converter = FIXES.get(op_name)
