@@ -105,3 +105,16 @@ def test_a_scalar_input_stays_a_scalar():
     x = np.array([-2, -0.5, 0.5, 2], dtype=np.float32)
     got = compiled.run([x, np.array(-1, dtype=np.float32), np.array(1, dtype=np.float32)])[0]
     np.testing.assert_array_equal(got, np.clip(x, -1, 1))
+
+
+def test_an_output_that_folds_to_a_constant_is_still_a_layer():
+    from onnx import TensorProto, helper
+
+    proto = _node_model(helper.make_node("Size", ["x"], ["n"]),
+                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                        [helper.make_tensor_value_info("n", TensorProto.INT64, [])])
+    model = th.load_model(proto)
+    layers = th.extract_layers(model)
+    got = th.build(model, th.Placement({l.name: "cpu" for l in layers}), ["cpu"]).run(
+        [np.zeros((2, 3), np.float32)])[0]
+    assert got.shape == () and got.dtype == np.int64 and int(got) == 6

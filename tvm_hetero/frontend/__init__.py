@@ -102,6 +102,13 @@ def _onnx_input_specs(model) -> list[tuple[str, list, str]]:
         if value.name in init_names:
             continue  # old-style models list initializers as inputs too
         ttype = value.type.tensor_type
+        if value.type.HasField("optional_type") and \
+                value.type.optional_type.elem_type.HasField("tensor_type"):
+            ttype = value.type.optional_type.elem_type.tensor_type  # an optional tensor
+        elif not value.type.HasField("tensor_type"):
+            kind = value.type.WhichOneof("value") or "value of no type"
+            raise ModelError(f"model input {value.name!r} is a {kind.replace('_type', '')}; "
+                             "tvm_hetero takes tensor inputs")
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
                 for d in ttype.shape.dim]
         out.append((value.name, dims, helper.tensor_dtype_to_np_dtype(ttype.elem_type).name))

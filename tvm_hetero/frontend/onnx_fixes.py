@@ -324,18 +324,91 @@ def _passed_through(graph) -> set[str]:
 
 
 def _computed(bb, value, inputs: list, passed_through: bool = False):
-    """``value``, with a copy kernel for each tensor in it that no op computes (a model input
-    returned as is, or through Identity and Dropout; a constant), so that every output is a
-    layer's output."""
-    import tvm
+    """``value``, with a copy kernel for each tensor in it that is a model input returned as is
+    (or through Identity and Dropout), so that every output is a layer's output."""
     from tvm import relax, topi
 
     if isinstance(value, relax.Tuple):
         return relax.Tuple([_computed(bb, field, inputs) for field in value.fields])
-    if (passed_through or isinstance(value, tvm.ir.GenericConst)
-            or any(value.same_as(v) for v in inputs)):
+    if isinstance(getattr(value, "ty", None), relax.ShapeType):
+        value = bb.normalize(relax.op.shape_to_tensor(value))
+    if passed_through or any(value.same_as(v) for v in inputs):
         return bb.emit_te(topi.identity, value)
     return value
+
+
+#: graphs larger than this are not checked for outputs that fold to constants (such graphs
+#: are tiny: a shape, a size; checking means legalizing a copy of the module)
+FOLD_CHECK_MAX_BINDINGS = 64
+
+
+def _folded_output_positions(mod) -> list[int]:
+    """Positions of the outputs of ``main`` that legalization and constant folding turn into
+    constants."""
+    import tvm
+    from tvm import relax
+
+    try:
+        folded = tvm.transform.Sequential([
+            relax.transform.CanonicalizeBindings(), relax.transform.LegalizeOps(),
+            relax.transform.FoldConstant(), relax.transform.CanonicalizeBindings(),
+            relax.transform.DeadCodeElimination()])(mod)
+    except Exception as err:  # a check only: the build reports what does not lower
+        logger.debug("constant-output check skipped: %s", err)
+        return []
+    result = folded["main"].body.body
+    fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+    return [i for i, field in enumerate(fields) if isinstance(field, tvm.ir.GenericConst)]
+
+
+def materialize_constant_outputs(mod):
+    """``mod`` with each output that folds to a constant (a shape, a size, a graph that reads
+    only its inputs' shapes) computed by a copy kernel that also reads the first model input
+    (a data dependence only), so that the output is a layer's output and folding leaves it
+    in place. ``mod`` itself when there is none."""
+    from tvm import relax, te
+
+    main = mod["main"]
+    if (not main.params or not isinstance(main.body, relax.SeqExpr)
+            or sum(len(b.bindings) for b in main.body.blocks) > FOLD_CHECK_MAX_BINDINGS):
+        return mod
+    positions = _folded_output_positions(mod)
+    if not positions:
+        return mod
+    anchor = main.params[0]
+    result = main.body.body
+    fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+    builder = relax.BlockBuilder(mod)
+    bindings = []
+    for index in positions:
+        field = fields[index]
+        value = te.placeholder(list(field.ty.shape.values), str(field.ty.dtype), "value")
+        first = te.placeholder(list(anchor.ty.shape.values), str(anchor.ty.dtype), "anchor")
+        global_var = builder.add_func(te.create_prim_func(
+            [value, first, _copy_after(value, first)]), f"copy_constant_output_{index}")
+        copied = relax.Var(f"output_{index}", field.ty)
+        bindings.append(relax.VarBinding(copied, relax.call_tir(global_var, [field, anchor],
+                                                               field.ty)))
+        fields[index] = copied
+    body = relax.Tuple(fields) if isinstance(result, relax.Tuple) else fields[0]
+    blocks = list(main.body.blocks) + [relax.BindingBlock(bindings)]
+    mod = builder.get()
+    mod["main"] = relax.Function(main.params, relax.SeqExpr(blocks, body), ret_ty=main.ret_ty,
+                                 attrs=main.attrs)
+    return relax.transform.Normalize()(mod)
+
+
+def _copy_after(tensor, anchor):
+    """A copy of ``tensor`` that reads one element of ``anchor`` (a data dependence only)."""
+    from tvm import te, tirx
+
+    first = anchor(*([0] * len(anchor.shape))) if all(int(d) > 0 for d in anchor.shape) \
+        else None
+    if first is None:
+        return te.compute(tensor.shape, lambda *i: tensor(*i), name="copy")
+    return te.compute(tensor.shape,
+                      lambda *i: tirx.Select(first == first, tensor(*i), tensor(*i)),
+                      name="copy")
 
 
 def _opset(model) -> int:
@@ -412,4 +485,4 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
             return self.bb.normalize(result) if isinstance(result, relax.Expr) else result
 
     importer = _FixedImporter(shape_dict, dtype_dict, keep_params_in_input=False)
-    return importer.from_onnx(model_copy.graph, _opset(model_copy))
+    return materialize_constant_outputs(importer.from_onnx(model_copy.graph, _opset(model_copy)))
