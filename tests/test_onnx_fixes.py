@@ -118,3 +118,29 @@ def test_an_output_that_folds_to_a_constant_is_still_a_layer():
     got = th.build(model, th.Placement({l.name: "cpu" for l in layers}), ["cpu"]).run(
         [np.zeros((2, 3), np.float32)])[0]
     assert got.shape == () and got.dtype == np.int64 and int(got) == 6
+
+
+def test_slice_with_run_time_bounds_checks_them():
+    from onnx import TensorProto, helper
+
+    vi = helper.make_tensor_value_info
+    proto = _node_model(helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"],
+                                         ["y"]),
+                        [vi("x", TensorProto.FLOAT, [6, 4]), vi("starts", TensorProto.INT64, [1]),
+                         vi("ends", TensorProto.INT64, [1]), vi("axes", TensorProto.INT64, [1]),
+                         vi("steps", TensorProto.INT64, [1])],
+                        [vi("y", TensorProto.FLOAT, [3, 4])])
+    model = th.load_model(proto)
+    layers = th.extract_layers(model)
+    compiled = th.build(model, th.Placement({l.name: "cpu" for l in layers}), ["cpu"])
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)
+
+    def run(start, end, axis, step):
+        return compiled.run([x] + [np.array([v], np.int64) for v in (start, end, axis, step)])[0]
+
+    np.testing.assert_array_equal(run(1, 4, 0, 1), x[1:4])
+    np.testing.assert_array_equal(run(-1, -100, -2, -2), x[-1::-2])
+    with pytest.raises(th.InputError, match="another shape"):
+        run(0, 6, 0, 1)  # six rows where the model's output has three
+    with pytest.raises(th.InputError, match="another shape"):
+        run(0, 3, 0, 0)  # a zero step

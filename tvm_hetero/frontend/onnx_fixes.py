@@ -88,7 +88,7 @@ def _slice_v1(importer, inputs, attrs, opset):
     from tvm import relax
 
     if opset >= 10:
-        return None
+        return _slice_runtime_bounds(importer, inputs, attrs)
     data = inputs[0]
     dims = static_dims(data, "Slice")
     starts, ends = list(attrs["starts"]), list(attrs["ends"])
@@ -97,6 +97,79 @@ def _slice_v1(importer, inputs, attrs, opset):
     # ONNX clamps; strided_slice clamps too, but not ends past int64 range
     ends = [min(e, dims[a]) for e, a in zip(ends, axes)]
     return relax.op.strided_slice(data, axes=axes, begin=starts, end=ends)
+
+
+# node tests test_slice*: starts, ends, axes and steps as model inputs (known at run time
+# only). With static shapes the output shape comes from ONNX shape inference; every axis is
+# gathered with indices computed at run time (start + i * step), the indices are checked,
+# and so is the length the given bounds give each axis against the static one.
+def _slice_runtime_bounds(importer, inputs, attrs):
+    from tvm import relax
+
+    bounds = [inputs[i] if len(inputs) > i else None for i in range(1, 5)]
+    if all(b is None or _constant(b) is not None for b in bounds):
+        return None
+    data = inputs[0]
+    dims = static_dims(data, "Slice")
+    out_dims = importer.inferred_shape(attrs)
+    if out_dims is None or len(out_dims) != len(dims):
+        raise ModelError(f"Slice (node {_node_name(attrs)}) takes its bounds at run time and "
+                         "ONNX shape inference cannot fix the output shape; tvm_hetero needs "
+                         "static shapes: make starts/ends/axes/steps constants")
+    bb, rank, i64 = importer.bb, len(dims), "int64"
+
+    def const(values):
+        return relax.const(np.array(values, dtype=i64), i64)
+
+    def vec(expr):
+        return bb.normalize(relax.op.astype(expr, i64))
+
+    starts, ends = vec(bounds[0]), vec(bounds[1])
+    count = static_dims(starts, "Slice's starts")[0]
+    axes = vec(bounds[2]) if bounds[2] is not None else const(list(range(count)))
+    steps = vec(bounds[3]) if bounds[3] is not None else const([1] * count)
+    axes = relax.op.where(relax.op.less(axes, const(0)), relax.op.add(axes, const(rank)), axes)
+    # match[j, a]: axes[j] == a; per-axis start, end, step (the whole axis where not sliced)
+    match = bb.normalize(relax.op.astype(relax.op.equal(
+        relax.op.expand_dims(axes, 1), relax.op.expand_dims(const(list(range(rank))), 0)), i64))
+    touched = relax.op.sum(match, axis=0)
+
+    def per_axis(values, default):
+        picked = relax.op.sum(relax.op.multiply(match, relax.op.expand_dims(values, 1)), axis=0)
+        return bb.normalize(relax.op.add(picked, relax.op.multiply(
+            relax.op.subtract(const(1), touched), const(default))))
+
+    extent = const(list(dims))
+    start, end, step = per_axis(starts, [0] * rank), per_axis(ends, list(dims)), \
+        per_axis(steps, [1] * rank)
+    forward = relax.op.greater(step, const(0))
+    start = relax.op.where(relax.op.less(start, const(0)), relax.op.add(start, extent), start)
+    start = bb.normalize(relax.op.minimum(relax.op.maximum(start, const(0)), relax.op.where(
+        forward, extent, relax.op.subtract(extent, const(1)))))
+    end = relax.op.where(relax.op.less(end, const(0)), relax.op.add(end, extent), end)
+    end = relax.op.maximum(end, relax.op.where(forward, const(0), const(-1)))
+    end = bb.normalize(relax.op.minimum(end, relax.op.where(
+        forward, extent, relax.op.subtract(extent, const(1)))))
+    safe_step = relax.op.where(relax.op.equal(step, const(0)), const(1), step)
+    span = relax.op.where(forward, relax.op.subtract(end, start), relax.op.subtract(start, end))
+    size = relax.op.abs(safe_step)
+    length = relax.op.maximum(const(0), relax.op.floor_divide(
+        relax.op.add(span, relax.op.subtract(size, const(1))), size))
+    fits = relax.op.logical_and(relax.op.equal(length, const(list(out_dims))),
+                                relax.op.not_equal(step, const(0)))
+    offsets = bb.normalize(relax.op.where(fits, const(0), const(1 << 40)))
+    checked = guard_indices(bb, offsets, [1], "Slice (its bounds give another shape)",
+                            _node_name(attrs))
+    passed = relax.op.equal(relax.op.sum(checked), const(0))
+    result = bb.normalize(relax.op.where(passed, data, data))
+    for axis, (size_in, size_out) in enumerate(zip(dims, out_dims)):
+        first = relax.op.take(start, relax.const(axis, i64), axis=0)
+        stride = relax.op.take(step, relax.const(axis, i64), axis=0)
+        positions = relax.op.arange(0, size_out, 1, i64)
+        index = bb.normalize(relax.op.add(first, relax.op.multiply(positions, stride)))
+        index = guard_indices(bb, index, [size_in], "Slice", _node_name(attrs))
+        result = bb.normalize(relax.op.take(result, index, axis=axis, mode="fast"))
+    return result
 
 
 # --- Expand -------------------------------------------------------------------------------
