@@ -144,3 +144,19 @@ def test_slice_with_run_time_bounds_checks_them():
         run(0, 6, 0, 1)  # six rows where the model's output has three
     with pytest.raises(th.InputError, match="another shape"):
         run(0, 3, 0, 0)  # a zero step
+
+
+def test_tile_with_run_time_repeats_checks_them():
+    from onnx import TensorProto, helper
+
+    vi = helper.make_tensor_value_info
+    proto = _node_model(helper.make_node("Tile", ["x", "repeats"], ["y"]),
+                        [vi("x", TensorProto.FLOAT, [2, 3]), vi("repeats", TensorProto.INT64, [2])],
+                        [vi("y", TensorProto.FLOAT, [4, 3])])
+    model = th.load_model(proto)
+    layers = th.extract_layers(model)
+    compiled = th.build(model, th.Placement({l.name: "cpu" for l in layers}), ["cpu"])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(compiled.run([x, np.array([2, 1])])[0], np.tile(x, (2, 1)))
+    with pytest.raises(th.InputError, match="another shape"):
+        compiled.run([x, np.array([1, 2])])

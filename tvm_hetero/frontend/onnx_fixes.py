@@ -172,6 +172,33 @@ def _slice_runtime_bounds(importer, inputs, attrs):
     return result
 
 
+# node tests test_tile*: Tile's repeats as a model input. The output shape comes from ONNX
+# shape inference; the repeats given at run time are checked against it.
+@fix("Tile")
+def _tile(importer, inputs, attrs, opset):
+    from tvm import relax
+
+    data, repeats = inputs[0], inputs[1]
+    if _constant(repeats) is not None:
+        return None
+    dims = static_dims(data, "Tile")
+    out_dims = importer.inferred_shape(attrs)
+    if (out_dims is None or len(out_dims) != len(dims)
+            or any(d == 0 or o % d for d, o in zip(dims, out_dims))):
+        raise ModelError(f"Tile (node {_node_name(attrs)}) takes its repeats at run time and "
+                         "ONNX shape inference cannot fix the output shape; tvm_hetero needs "
+                         "static shapes: make 'repeats' a constant")
+    static = [o // d for d, o in zip(dims, out_dims)]
+    fits = relax.op.equal(relax.op.astype(repeats, "int64"),
+                          relax.const(np.array(static, dtype="int64"), "int64"))
+    offsets = importer.bb.normalize(relax.op.where(
+        fits, relax.const(0, "int64"), relax.const(1 << 40, "int64")))
+    checked = guard_indices(importer.bb, offsets, [1], "Tile (its repeats give another shape)",
+                            _node_name(attrs))
+    passed = relax.op.equal(relax.op.sum(checked), relax.const(0, "int64"))
+    return relax.op.tile(relax.op.where(passed, data, data), static)
+
+
 # --- Expand -------------------------------------------------------------------------------
 # test_expand_shape_model{1..4}: the target shape is a model input (its values are known at
 # run time only) and may have fewer dimensions than the data. tvm_hetero compiles static
@@ -380,16 +407,20 @@ def _static_shapes(model) -> dict[str, tuple[int, ...]]:
 
 #: ops that compute nothing at inference (their first output is their first input)
 PASS_THROUGH_OPS = {"Identity", "Dropout"}
+#: ops that pass their input through when given only one
+VARIADIC_OPS = {"Sum", "Max", "Min", "Mean"}
 
 
 def _passed_through(graph) -> set[str]:
-    """Names of the graph outputs that are a graph input passed through PASS_THROUGH_OPS."""
+    """Names of the graph outputs that are a graph input passed through PASS_THROUGH_OPS (or a
+    VARIADIC_OPS of one input)."""
     producers = {node.output[0]: node for node in graph.node if node.output}
     inputs = {value.name for value in graph.input}
     passed = set()
     for value in graph.output:
         name = value.name
-        while name in producers and producers[name].op_type in PASS_THROUGH_OPS:
+        while name in producers and (producers[name].op_type in PASS_THROUGH_OPS or (
+                producers[name].op_type in VARIADIC_OPS and len(producers[name].input) == 1)):
             name = producers[name].input[0]
         if name in inputs:
             passed.add(value.name)
