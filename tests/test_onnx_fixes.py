@@ -160,3 +160,24 @@ def test_tile_with_run_time_repeats_checks_them():
     np.testing.assert_array_equal(compiled.run([x, np.array([2, 1])])[0], np.tile(x, (2, 1)))
     with pytest.raises(th.InputError, match="another shape"):
         compiled.run([x, np.array([1, 2])])
+
+
+@pytest.mark.parametrize("op, shape_in, shape_out, good, bad", [
+    ("Squeeze", [1, 3, 1, 5], [3, 1, 5], [0], [2]),  # [2] would give (1, 3, 5)
+    ("Unsqueeze", [3, 5], [3, 1, 5, 1], [1, -1], [0, 1]),
+])
+def test_squeeze_with_run_time_axes_checks_them(op, shape_in, shape_out, good, bad):
+    from onnx import TensorProto, helper
+
+    vi = helper.make_tensor_value_info
+    proto = _node_model(helper.make_node(op, ["x", "axes"], ["y"]),
+                        [vi("x", TensorProto.FLOAT, shape_in),
+                         vi("axes", TensorProto.INT64, [len(good)])],
+                        [vi("y", TensorProto.FLOAT, shape_out)])
+    model = th.load_model(proto)
+    layers = th.extract_layers(model)
+    compiled = th.build(model, th.Placement({l.name: "cpu" for l in layers}), ["cpu"])
+    x = np.arange(np.prod(shape_in), dtype=np.float32).reshape(shape_in)
+    np.testing.assert_array_equal(compiled.run([x, np.array(good)])[0], x.reshape(shape_out))
+    with pytest.raises(th.InputError, match="another shape"):
+        compiled.run([x, np.array(bad)])

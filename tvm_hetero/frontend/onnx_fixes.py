@@ -199,6 +199,57 @@ def _tile(importer, inputs, attrs, opset):
     return relax.op.tile(relax.op.where(passed, data, data), static)
 
 
+# node tests test_squeeze*, test_unsqueeze*: the axes as a model input (opset 13). The data
+# is only reshaped; the output shape comes from ONNX shape inference, and the axes given at
+# run time are checked to give that shape.
+@fix("Squeeze", "Unsqueeze")
+def _squeeze_runtime_axes(importer, inputs, attrs, opset):
+    from tvm import relax
+
+    if len(inputs) < 2 or inputs[1] is None or _constant(inputs[1]) is not None:
+        return None
+    data, axes = inputs[0], inputs[1]
+    dims = static_dims(data, "Squeeze")
+    out_dims = importer.inferred_shape(attrs)
+    squeeze = len(out_dims or ()) < len(dims)
+    op_name = "Squeeze" if squeeze else "Unsqueeze"
+    if out_dims is None:
+        raise ModelError(f"{op_name} (node {_node_name(attrs)}) takes its axes at run time "
+                         "and ONNX shape inference cannot fix the output shape; tvm_hetero "
+                         "needs static shapes: make 'axes' a constant")
+    bb, i64 = importer.bb, "int64"
+
+    def const(values):
+        return relax.const(np.array(values, dtype=i64), i64)
+
+    # the longer of the two shapes has one entry per axis; `marked` flags the axes named
+    long_dims, short_dims = (dims, out_dims) if squeeze else (out_dims, dims)
+    rank, short_rank = len(long_dims), len(short_dims)
+    named = relax.op.astype(axes, i64)
+    named = relax.op.where(relax.op.less(named, const(0)), relax.op.add(named, const(rank)),
+                           named)
+    marked = bb.normalize(relax.op.sum(relax.op.astype(relax.op.equal(
+        relax.op.expand_dims(named, 1), relax.op.expand_dims(const(list(range(rank))), 0)),
+        i64), axis=0))
+    # position of each unmarked axis in the short shape: its index less the marks before it
+    before = relax.op.matmul(const(np.tril(np.ones((rank, rank)), -1).tolist()),
+                             relax.op.expand_dims(marked, 1))
+    position = relax.op.subtract(const(list(range(rank))), relax.op.squeeze(before, [1]))
+    position = relax.op.clip(position, 0, max(short_rank - 1, 0))
+    short_at = relax.op.take(const(list(short_dims) or [1]), position, axis=0, mode="clip")
+    kept_fits = relax.op.logical_and(relax.op.equal(marked, const(0)),
+                                     relax.op.equal(short_at, const(list(long_dims))))
+    marked_fits = relax.op.logical_and(relax.op.equal(marked, const(1)),
+                                       relax.op.equal(const(list(long_dims)), const(1)))
+    count_fits = relax.op.equal(relax.op.sum(marked), const(rank - short_rank))
+    fits = relax.op.logical_and(relax.op.logical_or(kept_fits, marked_fits), count_fits)
+    offsets = bb.normalize(relax.op.where(fits, const(0), const(1 << 40)))
+    checked = guard_indices(bb, offsets, [1], f"{op_name} (its axes give another shape)",
+                            _node_name(attrs))
+    passed = relax.op.equal(relax.op.sum(checked), const(0))
+    return relax.op.reshape(relax.op.where(passed, data, data), list(out_dims))
+
+
 # --- Expand -------------------------------------------------------------------------------
 # test_expand_shape_model{1..4}: the target shape is a model input (its values are known at
 # run time only) and may have fewer dimensions than the data. tvm_hetero compiles static
