@@ -181,3 +181,25 @@ def test_squeeze_with_run_time_axes_checks_them(op, shape_in, shape_out, good, b
     np.testing.assert_array_equal(compiled.run([x, np.array(good)])[0], x.reshape(shape_out))
     with pytest.raises(th.InputError, match="another shape"):
         compiled.run([x, np.array(bad)])
+
+
+def test_a_gather_from_a_shape_is_left_to_tvm():
+    # Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as PyTorch exports x.view(x.size(0), -1)
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i"], ["g"], axis=0),
+             helper.make_node("Unsqueeze", ["g", "axes"], ["u"]),
+             helper.make_node("Concat", ["u", "rest"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    inits = [helper.make_tensor("i", TensorProto.INT64, [], [0]),
+             helper.make_tensor("axes", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("rest", TensorProto.INT64, [1], [-1])]
+    graph = helper.make_graph(
+        nodes, "flatten", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 12])], inits)
+    model = th.load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    layers = th.extract_layers(model)
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    got = th.build(model, th.Placement({l.name: "cpu" for l in layers}), ["cpu"]).run([x])[0]
+    np.testing.assert_array_equal(got, x.reshape(2, 12))

@@ -393,7 +393,11 @@ def _tvm_converter(op_name):
 def _with_checked_indices(op_name: str, bounds_of):
     """A fix that checks input 1 (the indices) and hands the node on to TVM's converter."""
     def convert(importer, inputs, attrs, opset):
+        from tvm import relax
+
         data, indices = inputs[0], inputs[1]
+        if not isinstance(data.ty, relax.TensorType):  # a shape: TVM's converter folds it
+            return None
         dims = static_dims(data, op_name)
         checked = _checked(importer, indices, bounds_of(dims, indices, attrs), op_name, attrs)
         inputs = list(inputs)
