@@ -203,3 +203,13 @@ def test_a_gather_from_a_shape_is_left_to_tvm():
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     got = th.build(model, th.Placement({l.name: "cpu" for l in layers}), ["cpu"]).run([x])[0]
     np.testing.assert_array_equal(got, x.reshape(2, 12))
+
+
+def test_an_output_shape_that_depends_on_input_values_is_refused_naming_the_op():
+    from onnx import TensorProto, helper
+
+    vi = helper.make_tensor_value_info
+    proto = _node_model(helper.make_node("NonZero", ["x"], ["y"]),
+                        [vi("x", TensorProto.FLOAT, [2, 3])], [vi("y", TensorProto.INT64, None)])
+    with pytest.raises(th.ModelError, match="NonZero .* shape depends on input values"):
+        th.load_model(proto)

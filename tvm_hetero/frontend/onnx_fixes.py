@@ -250,6 +250,18 @@ def _squeeze_runtime_axes(importer, inputs, attrs, opset):
     return relax.op.reshape(relax.op.where(passed, data, data), list(out_dims))
 
 
+# node tests test_compress*, test_nonzero*, test_unique*: the output shape depends on the
+# input values, which static shapes cannot hold. One line each. (Range is left to TVM: its
+# bounds are often shapes, which TVM folds.)
+@fix("Compress", "NonZero", "Unique")
+def _data_dependent_shape(importer, inputs, attrs, opset):
+    if all(inp is None or _constant(inp) is not None for inp in inputs):
+        return None  # constant inputs: TVM's converter folds them
+    op_name = attrs.get("tvm_custom", {}).get("op_type", "")
+    raise ModelError(f"{op_name or 'an op'} (node {_node_name(attrs)}) gives an output whose "
+                     "shape depends on input values; tvm_hetero compiles static shapes")
+
+
 # --- Expand -------------------------------------------------------------------------------
 # test_expand_shape_model{1..4}: the target shape is a model input (its values are known at
 # run time only) and may have fewer dimensions than the data. tvm_hetero compiles static
@@ -637,6 +649,7 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
                                                     value.name in passed)
 
         def _convert_operator(self, op_name, inputs, attrs, opset):
+            attrs.setdefault("tvm_custom", {})["op_type"] = op_name
             converter = FIXES.get(op_name)
             result = None if converter is None else converter(self, inputs, attrs, opset)
             if result is None:
