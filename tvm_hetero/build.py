@@ -22,6 +22,7 @@ from .annotate import WEIGHTS_FUNC, AnnotateDevice, used_devices
 from .devices import DeviceSet, host_target_dict
 from .errors import BuildError, DeviceError, InputError, ModelError, error_message
 from .frontend import InputSpec, load_model
+from .frontend.index_guard import OUT_OF_RANGE
 from .layers import extract_layers, layered_module
 from .optimize import schedule_passes
 from .optimize.tuning import TuningDatabase
@@ -426,10 +427,24 @@ class CompiledModel:
         return [tvm.runtime.tensor(arr, runtime[dev]) for arr, dev in zip(arrays, placed)]
 
     def run(self, inputs) -> list[np.ndarray]:
-        """Run one inference on numpy inputs (dict by name, or a list in input order)."""
+        """Run one inference on numpy inputs (dict by name, or a list in input order).
+
+        Raises
+        ------
+        InputError
+            If the inputs do not match the model, or an index input (of a gather, scatter or
+            Expand shape) is out of range.
+        """
         vm, weights = self._session()
         args = self.prepare_inputs(inputs)
-        return _to_numpy(vm["main"](*args, *weights))
+        try:
+            outputs = vm["main"](*args, *weights)
+        except Exception as err:  # the imported index checks raise through the VM
+            message = error_message(err)
+            if message.startswith(OUT_OF_RANGE):
+                raise InputError(message) from None
+            raise
+        return _to_numpy(outputs)
 
     def benchmark(self, inputs, *, warmup: int = 3, repeat: int = 10, number: int | None = None,
                   min_repeat_ms: float = 50.0) -> LatencySummary:
@@ -528,7 +543,7 @@ def _match_inputs(inputs, specs: list[InputSpec]) -> list[np.ndarray]:
         if arr.dtype != np.dtype(spec.dtype):
             raise InputError(f"input {spec.name!r} has dtype {arr.dtype}, the model expects "
                              f"{spec.dtype}")
-        out.append(np.ascontiguousarray(arr))
+        out.append(np.require(arr, requirements="C"))  # keeps a 0-d array 0-d
     return out
 
 

@@ -74,6 +74,51 @@ def onnx_reference(onnx_model, inputs: dict[str, np.ndarray], model=None) -> lis
     return session.run(None, inputs)
 
 
+def onnx_case_dir(name: str) -> str:
+    """Folder of one of the onnx package's backend-test cases, e.g. ``simple/test_sign_model``."""
+    import onnx
+
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", name)
+
+
+def onnx_case(case_dir: str):
+    """(model, inputs by graph input name, expected outputs) of an onnx backend-test case
+    folder (``model.onnx`` + ``test_data_set_0``); sequences come as lists."""
+    import glob
+
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(os.path.join(case_dir, "model.onnx"))
+    data_dir = sorted(glob.glob(os.path.join(case_dir, "test_data_set_*")))[0]
+
+    def read(path, type_proto):
+        with open(path, "rb") as file:
+            raw = file.read()
+        if type_proto.HasField("sequence_type"):
+            proto = onnx.SequenceProto()
+            proto.ParseFromString(raw)
+            return numpy_helper.to_list(proto)
+        if type_proto.HasField("optional_type"):
+            proto = onnx.OptionalProto()
+            proto.ParseFromString(raw)
+            return numpy_helper.to_optional(proto)
+        proto = onnx.TensorProto()
+        proto.ParseFromString(raw)
+        return numpy_helper.to_array(proto)
+
+    init_names = {init.name for init in model.graph.initializer}
+    graph_inputs = [v for v in model.graph.input if v.name not in init_names]
+    inputs = {}
+    for index, value in enumerate(graph_inputs):
+        path = os.path.join(data_dir, f"input_{index}.pb")
+        if os.path.exists(path):
+            inputs[value.name] = read(path, value.type)
+    outputs = [read(os.path.join(data_dir, f"output_{i}.pb"), value.type)
+               for i, value in enumerate(model.graph.output)]
+    return model, inputs, outputs
+
+
 def random_placement(layers, device_names: list[str], rng: np.random.Generator) -> Placement:
     """Each layer on a uniformly random device."""
     return Placement({layer.name: str(rng.choice(device_names)) for layer in layers})

@@ -45,7 +45,9 @@ def add_input_shape_arg(parser) -> None:
 
 def add_model_args(parser) -> None:
     parser.add_argument("model", help="zoo:NAME (zoo:mlp, zoo:cnn, zoo:vgg, zoo:resnet, "
-                                      "zoo:transformer) or a path to an .onnx file")
+                                      "zoo:transformer), a path to an .onnx file, or a .pt2 "
+                                      "file saved by torch.export.save (needs the torch "
+                                      "extra)")
     add_input_shape_arg(parser)
 
 

@@ -1,4 +1,5 @@
-"""Model loading: ONNX (path or ModelProto), Relax IRModule, torch ExportedProgram, ``zoo:NAME``.
+"""Model loading: ONNX (path or ModelProto), Relax IRModule, torch ExportedProgram (or its
+``.pt2`` file), ``zoo:NAME``.
 
 Every loader returns a :class:`Model`: a Relax IRModule whose ``main`` takes the model inputs
 only (weights are bound as constants), and the description of those inputs.
@@ -18,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ._native import quiet_native_stderr
-from .errors import ModelError, error_message
+from .._native import quiet_native_stderr
+from ..errors import ModelError, error_message
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,13 @@ def _onnx_input_specs(model) -> list[tuple[str, list, str]]:
         if value.name in init_names:
             continue  # old-style models list initializers as inputs too
         ttype = value.type.tensor_type
+        if value.type.HasField("optional_type") and \
+                value.type.optional_type.elem_type.HasField("tensor_type"):
+            ttype = value.type.optional_type.elem_type.tensor_type  # an optional tensor
+        elif not value.type.HasField("tensor_type"):
+            kind = value.type.WhichOneof("value") or "value of no type"
+            raise ModelError(f"model input {value.name!r} is a {kind.replace('_type', '')}; "
+                             "tvm_hetero takes tensor inputs")
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
                 for d in ttype.shape.dim]
         out.append((value.name, dims, helper.tensor_dtype_to_np_dtype(ttype.elem_type).name))
@@ -153,7 +161,8 @@ def _c_identifier_inputs(model, input_names: list[str]):
 
 def _load_onnx(model, name: str, input_shapes: dict[str, tuple[int, ...]] | None) -> Model:
     import tvm
-    from tvm.relax.frontend.onnx import from_onnx
+
+    from .onnx_fixes import import_onnx
 
     specs = _onnx_input_specs(model)
     shape_dict = {}
@@ -177,10 +186,9 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple[int, ...]] | None
     # the importer prints its conversion errors on stdout: they belong in the error instead
     with contextlib.redirect_stdout(io.StringIO()):
         try:
-            mod = from_onnx(importable,
-                            shape_dict={new_names[k]: v for k, v in shape_dict.items()},
-                            dtype_dict={new_names[s[0]]: s[2] for s in specs},
-                            keep_params_in_input=False)
+            mod = import_onnx(importable,
+                              {new_names[k]: v for k, v in shape_dict.items()},
+                              {new_names[s[0]]: s[2] for s in specs})
         except Exception as err:  # the importer raises many kinds; all mean "cannot import"
             failure = err
     if failure is not None:
@@ -227,7 +235,12 @@ def _load_relax(mod, name: str) -> Model:
     return Model(name, mod, inputs)
 
 
-def _load_torch(program, name: str) -> Model:
+TORCH_EXTRA = "pip install -e '.[torch]'"
+
+
+def _load_torch(program, name: str,
+                input_shapes: dict[str, tuple[int, ...]] | None = None) -> Model:
+    import tvm
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
@@ -236,7 +249,53 @@ def _load_torch(program, name: str) -> Model:
     except Exception as err:
         raise ModelError(f"cannot import the PyTorch program: {error_message(err)}") from None
     mod = relax.transform.DecomposeOpsForInference()(mod)
+    params = list(mod["main"].params)
+    unknown = sorted(set(input_shapes or {}) - {p.name for p in params})
+    if unknown:
+        raise ModelError(f"input shape given for unknown input(s) {', '.join(unknown)}; "
+                         f"the inputs are {', '.join(p.name for p in params)}")
+    binding = {}
+    for param in params:
+        if not input_shapes or param.name not in input_shapes:
+            continue
+        dims, given = list(param.ty.shape.values), tuple(input_shapes[param.name])
+        fixed = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in dims]
+        if len(dims) != len(given) or any(f is not None and f != g
+                                          for f, g in zip(fixed, given)):
+            raise ModelError(f"input {param.name!r} has shape {[str(d) for d in dims]}; "
+                             f"{list(given)} does not fit it")
+        for dim, value in zip(dims, given):
+            if isinstance(dim, tvm.tirx.Var):
+                if binding.setdefault(dim.name, value) != value:
+                    raise ModelError(f"dimension {dim.name} of input {param.name!r} is "
+                                     f"given as both {binding[dim.name]} and {value}")
+    if binding:
+        mod = relax.transform.BindSymbolicVars(binding)(mod)
+    for param in mod["main"].params:
+        dims = list(param.ty.shape.values)
+        if not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+            raise ModelError(f"model input {param.name!r} has a dynamic shape "
+                             f"{[str(d) for d in dims]}; give a static one "
+                             f"(--input-shape {param.name}=...)")
     return _load_relax(mod, name)
+
+
+def _load_torch_file(path: str, name: str | None, input_shapes) -> Model:
+    """A program saved with ``torch.export.save`` (``.pt2``)."""
+    try:
+        import torch
+    except ImportError:
+        raise ModelError(f"loading {os.path.basename(path)} (a torch.export program) needs "
+                         f"PyTorch, which is not installed: {TORCH_EXTRA}") from None
+    try:
+        program = torch.export.load(path)
+    except Exception as err:
+        raise ModelError(f"{path} is not a saved torch.export program: "
+                         f"{error_message(err)}") from None
+    stem = os.path.splitext(os.path.basename(path))[0]
+    loaded = _load_torch(program, name or stem, input_shapes)
+    loaded.source = os.path.abspath(path)
+    return loaded
 
 
 def load_model(source: Any, name: str | None = None,
@@ -246,11 +305,14 @@ def load_model(source: Any, name: str | None = None,
     Parameters
     ----------
     source : str, os.PathLike, onnx.ModelProto, tvm.IRModule or torch.export.ExportedProgram
-        ``zoo:NAME`` for a built-in model, a path to an ``.onnx`` file, or an in-memory model.
+        ``zoo:NAME`` for a built-in model, a path to an ``.onnx`` file or to a ``.pt2`` file
+        (``torch.export.save``; needs PyTorch: ``pip install -e '.[torch]'``), or an in-memory
+        model.
     name : str, optional
         A short name for reports; derived from the source when omitted.
     input_shapes : dict, optional
-        Static shapes for ONNX inputs whose shapes are dynamic.
+        Static shapes for inputs whose shapes are dynamic (ONNX, or a torch program exported
+        with dynamic dimensions).
 
     Returns
     -------
@@ -269,12 +331,16 @@ def load_model(source: Any, name: str | None = None,
     if isinstance(source, (str, os.PathLike)):
         text = os.fspath(source)
         if text.startswith("zoo:"):
-            from .zoo import zoo_model
+            from ..zoo import zoo_model
 
             zoo_name = text[4:]
             model = _load_onnx(zoo_model(zoo_name), name or zoo_name, input_shapes)
             model.source = text
             return model
+        if text.endswith(".pt2"):
+            if not os.path.isfile(text):
+                raise ModelError(f"model file not found: {text}")
+            return _load_torch_file(text, name, input_shapes)
         return _load_onnx_file(text, name, input_shapes)
     if isinstance(source, tvm.IRModule):
         return _load_relax(source, name or "relax_module")
@@ -282,7 +348,7 @@ def load_model(source: Any, name: str | None = None,
     if type_name.startswith("onnx") and hasattr(source, "graph"):
         return _load_onnx(source, name or (source.graph.name or "onnx_model"), input_shapes)
     if type_name.startswith("torch.export"):
-        return _load_torch(source, name or "torch_model")
+        return _load_torch(source, name or "torch_model", input_shapes)
     raise ModelError(f"cannot load a model from a {type_name}; give zoo:NAME, an .onnx path, "
                      "an onnx.ModelProto, a Relax IRModule or a torch ExportedProgram")
 

@@ -1,0 +1,167 @@
+"""Shared by onnx_model_cases.py and onnx_node_suite.py: run one onnx backend-test case (a
+folder with model.onnx and test_data_set_N/{input,output}_K.pb) through tvm_hetero's path or
+through plain TVM, in pooled worker processes with a timeout, and tabulate the verdicts.
+
+Verdicts: pass, import (the model does not import; a refusal counts here), build, run (the
+compiled model raised), mismatch (an output differs: shape, dtype, NaN pattern, or beyond
+rtol 1e-3 / atol 1e-7, the onnx backend tests' own tolerance), timeout, crash (the worker died).
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import numpy as np
+
+RTOL, ATOL = 1e-3, 1e-7
+DEVICES = ("cpu", "cpu-generic")
+VERDICTS = ("pass", "import", "build", "run", "mismatch", "timeout", "crash")
+
+
+def flatten(values) -> list[np.ndarray]:
+    out = []
+    for value in values:
+        if isinstance(value, (list, tuple)):
+            out.extend(flatten(value))
+        elif value is not None:
+            out.append(np.asarray(value))
+    return out
+
+
+def compare(got: list[np.ndarray], want: list) -> str | None:
+    """None when the outputs agree, else what differs."""
+    want = flatten(want)
+    if len(got) != len(want):
+        return f"{len(got)} outputs, {len(want)} expected"
+    for index, (a, b) in enumerate(zip(got, want)):
+        a = np.asarray(a)
+        if a.shape != b.shape:
+            return f"output {index}: shape {a.shape}, {b.shape} expected"
+        if a.dtype != b.dtype:
+            return f"output {index}: dtype {a.dtype}, {b.dtype} expected"
+        if b.dtype.kind in "OSU":
+            if not np.array_equal(a, b):
+                return f"output {index} differs"
+            continue
+        try:
+            np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True)
+        except AssertionError as err:
+            lines = [ln for ln in str(err).splitlines() if "Max" in ln or "Mismatched" in ln]
+            return f"output {index}: " + "; ".join(ln.strip() for ln in lines)
+    return None
+
+
+def _one_line(err: BaseException) -> str:
+    from tvm_hetero.errors import error_message
+
+    return f"{type(err).__name__}: {error_message(err)}"[:300]
+
+
+def _tensor_inputs(inputs: dict) -> dict[str, np.ndarray] | str:
+    for name, value in inputs.items():
+        if not isinstance(value, np.ndarray):
+            return f"input {name!r} is a {type(value).__name__}, not a tensor"
+    return inputs
+
+
+def run_ours(case_dir: str) -> tuple[str, str]:
+    """tvm_hetero's path: load_model, a random two-device placement, build, run, compare."""
+    import tvm_hetero as th
+    from tvm_hetero.testing import onnx_case, random_placement
+
+    model_proto, inputs, want = onnx_case(case_dir)
+    inputs = _tensor_inputs(inputs)
+    if isinstance(inputs, str):
+        return "import", inputs
+    try:
+        model = th.load_model(model_proto, name=os.path.basename(case_dir),
+                              input_shapes={k: v.shape for k, v in inputs.items()})
+    except Exception as err:
+        return "import", _one_line(err)
+    rng = np.random.default_rng(zlib.crc32(case_dir.encode()))
+    try:
+        layers = th.extract_layers(model)
+        placement = random_placement(layers, list(DEVICES), rng)
+        order = list(DEVICES) if rng.integers(2) else list(DEVICES[::-1])
+        compiled = th.build(model, placement, order)
+    except Exception as err:
+        return "build", _one_line(err)
+    try:
+        got = compiled.run({spec.name: inputs[spec.source_name or spec.name]
+                            for spec in model.inputs})
+    except Exception as err:
+        return "run", _one_line(err)
+    problem = compare(got, want)
+    return ("mismatch", problem) if problem else ("pass", "")
+
+
+def run_plain_tvm(case_dir: str) -> tuple[str, str]:
+    """Plain TVM: from_onnx + tvm.compile for llvm, run on the CPU, compare."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from tvm_hetero.build import _to_numpy
+    from tvm_hetero.testing import onnx_case
+
+    model_proto, inputs, want = onnx_case(case_dir)
+    inputs = _tensor_inputs(inputs)
+    if isinstance(inputs, str):
+        return "import", inputs
+    try:
+        mod = from_onnx(model_proto, shape_dict={k: list(v.shape) for k, v in inputs.items()},
+                        dtype_dict={k: str(v.dtype) for k, v in inputs.items()},
+                        keep_params_in_input=False)
+    except Exception as err:
+        return "import", _one_line(err)
+    try:
+        executable = tvm.compile(mod, target="llvm")
+        vm = relax.VirtualMachine(executable, tvm.cpu())
+    except Exception as err:
+        return "build", _one_line(err)
+    try:
+        names = [p.name for p in mod["main"].params]
+        by_name = {relax_name: value for relax_name, value in zip(names, inputs.values())}
+        args = [tvm.runtime.tensor(by_name[n], tvm.cpu()) for n in names]
+        got = _to_numpy(vm["main"](*args))
+    except Exception as err:
+        return "run", _one_line(err)
+    problem = compare(got, want)
+    return ("mismatch", problem) if problem else ("pass", "")
+
+
+def run_cases(case_dirs: list[str], workers: int, timeout_s: float, progress=None) -> dict:
+    """{case dir: {"ours": (verdict, detail), "tvm": (verdict, detail)}}, the cases run in
+    pooled worker processes (a worker that times out or dies is replaced)."""
+    import sys
+
+    import cloudpickle
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    pool = PopenPoolExecutor(max_workers=workers, timeout=timeout_s,
+                             stdout=open(os.devnull, "w"), stderr=open(os.devnull, "w"))
+    jobs = [(case, path, pool.submit(func, case))
+            for case in case_dirs for path, func in (("ours", run_ours), ("tvm", run_plain_tvm))]
+    results: dict = {case: {} for case in case_dirs}
+    for case, path, future in jobs:
+        try:
+            results[case][path] = future.result()
+        except TimeoutError:
+            results[case][path] = ("timeout", f"over {timeout_s:.0f} s")
+        except Exception as err:  # the worker died (segfault) or could not answer
+            kind = "timeout" if "timeout" in str(err).lower() else "crash"
+            results[case][path] = (kind, str(err).strip().splitlines()[-1][:200]
+                                   if str(err).strip() else type(err).__name__)
+        if progress is not None and len(results[case]) == 2:
+            progress(case, results[case])
+    pool.shutdown()
+    return results
+
+
+def totals(results: dict, path: str) -> dict[str, int]:
+    counts = dict.fromkeys(VERDICTS, 0)
+    for verdicts in results.values():
+        counts[verdicts[path][0]] += 1
+    return counts

@@ -1,0 +1,103 @@
+"""Kernels that check index tensors at run time, so that no compiled gather or scatter reads
+or writes outside its buffers.
+
+TVM's gathers and scatters (``take`` in fast mode, ``gather_nd``, ``scatter_elements``, ...)
+index memory with the values they are given: an index past the end reads or writes outside
+the buffer. :func:`guard_indices` puts a small kernel in front of them that raises (the VM
+call fails with :data:`OUT_OF_RANGE`'s message) when an index is outside ``[-n, n)`` and
+wraps a negative index once, as ONNX specifies (``-1`` is the last entry).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import ModelError
+
+#: The start of the message of every failed index check (see CompiledModel.run).
+OUT_OF_RANGE = "out-of-range index"
+
+
+def _guard_func(shape: tuple[int, ...], dtype: str, bounds: tuple[int, ...], message: str):
+    from tvm.script import tirx as T
+
+    rows = math.prod(shape[:-1]) if len(bounds) > 1 else math.prod(shape)
+    cols = len(bounds)
+
+    # one serial loop (the check raises from inside it, so it must stay out of parallel
+    # loops: tir.is_scheduled keeps the schedule rules away); bound j checks column j
+    @T.prim_func(private=True, check_well_formed=False)
+    def guard(idx_in: T.handle, bounds_in: T.handle, idx_out: T.handle):
+        T.func_attr({"tir.noalias": True, "tir.is_scheduled": True})
+        src = T.match_buffer(idx_in, shape, dtype)
+        limit = T.match_buffer(bounds_in, (cols,), "int32")
+        dst = T.match_buffer(idx_out, shape, dtype)
+        src_flat = T.decl_buffer((rows, cols), dtype, data=src.data)
+        dst_flat = T.decl_buffer((rows, cols), dtype, data=dst.data)
+        with T.sblock("root"):
+            for i, j in T.grid(rows, cols):
+                with T.sblock("index_guard"):
+                    vi = T.axis.spatial(rows, i)
+                    vj = T.axis.spatial(cols, j)
+                    T.reads(src_flat[vi, vj], limit[vj])
+                    T.writes(dst_flat[vi, vj])
+                    index = src_flat[vi, vj]
+                    extent = T.Cast(dtype, limit[vj])
+                    assert index >= -extent and index < extent, message
+                    dst_flat[vi, vj] = T.if_then_else(index < 0, index + extent, index)
+
+    return guard
+
+
+def static_dims(expr, what: str) -> tuple[int, ...]:
+    """The static shape of a Relax tensor expression, or a ModelError naming ``what``."""
+    import tvm
+
+    shape = getattr(expr.ty, "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values):
+        raise ModelError(f"{what} needs a static shape; give static input shapes")
+    return tuple(int(d) for d in values)
+
+
+def guard_indices(bb, indices, bounds: Sequence[int], op_name: str, node_name: str = ""):
+    """Emit the check of ``indices`` and return the checked indices, negatives wrapped.
+
+    Parameters
+    ----------
+    bb : relax.BlockBuilder
+        The importer's block builder.
+    indices : relax.Expr
+        An integer tensor; with one bound every entry is checked against it, with ``k``
+        bounds the last axis has ``k`` entries and entry ``j`` is checked against bound ``j``
+        (GatherND/ScatterND coordinates).
+    bounds : sequence of int
+        The extent of the data axis each index addresses.
+    op_name, node_name : str
+        Named in the error message.
+
+    Returns
+    -------
+    relax.Expr
+        The checked indices: same shape and dtype, every entry in ``[0, bound)``.
+    """
+    from tvm import relax
+
+    shape = static_dims(indices, f"{op_name}'s indices")
+    dtype = str(indices.ty.dtype)
+    bounds = tuple(int(b) for b in bounds)
+    if len(bounds) > 1 and (not shape or shape[-1] != len(bounds)):
+        raise ModelError(f"{op_name}: indices of shape {shape} do not end in {len(bounds)}")
+    if math.prod(shape) == 0:
+        return indices
+    where = f" (node {node_name})" if node_name else ""
+    extents = bounds[0] if len(bounds) == 1 else list(bounds)
+    message = (f"{OUT_OF_RANGE}: an index given to {op_name}{where} is outside "
+               f"[-n, n) for the data extent n = {extents}")
+    func = _guard_func(shape, dtype, bounds, message)
+    global_var = bb.add_func(func, f"index_guard_{op_name.lower()}")
+    limits = relax.const(np.array(bounds, dtype="int32"))
+    return bb.emit(relax.call_tir(global_var, [indices, limits], relax.TensorType(shape, dtype)))
