@@ -136,3 +136,13 @@ def test_vector_lanes_follow_the_targets_mcpu(mcpu, expected):
     from tvm_hetero.optimize.cpu.base import vector_lanes
 
     assert vector_lanes(tvm.target.Target({"kind": "llvm", "mcpu": mcpu})) == expected
+
+
+def test_a_kernel_written_already_scheduled_is_left_as_written():
+    # the frontend's index checks carry tir.is_scheduled; a rule would fail on their buffers
+    func = _add().with_attr("tir.is_scheduled", True)
+    optimize.register_rule("cpu", "elementwise",
+                           optimize.Rule.from_callable("broken", "raises", _raising))
+    scheduled, rule = optimize.optimize_function(func, _llvm(), "guard")
+    assert rule == "as-written"
+    assert scheduled.same_as(func)

@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 # The rule name of a kernel scheduled by its MetaSchedule-tuned schedule.
 TUNED = "meta-schedule"
+# The rule name of a kernel written already scheduled (``tir.is_scheduled``, e.g. the
+# frontend's index checks): no rule touches it.
+AS_WRITTEN = "as-written"
 # Set to 1: a rule that raises fails the build instead of passing the kernel on.
 STRICT_RULES_ENV = "TVM_HETERO_STRICT_RULES"
 
@@ -39,6 +42,8 @@ def strict_rules() -> bool:
 def optimize_function(func, target, name: str = "main"):
     """Schedule one kernel (called `name` in messages) by the table; returns
     ``(func, rule name or None)``."""
+    if func.attrs is not None and bool(func.attrs.get("tir.is_scheduled", False)):
+        return func, AS_WRITTEN
     kind = kernel_kind(func)
     for rule in rules_for(family_of(target), kind):
         try:
