@@ -269,15 +269,6 @@ def test_fuse_tir_keeping_op_kinds_names_the_ops_of_each_fused_kernel():
     tvm.ir.assert_structural_equal(after, expected)
 
 
-def test_prepare_leaves_its_input_as_it_was():
-    weight = _weights(1000, 16, 3, 3)
-    before = _module([("x", (1, 16, 32, 32))],
-                     lambda bb, x: relax.op.nn.relu(_conv(x, weight, padding=1)))
-    text = before.script(show_meta=True)
-    th.prepare(before, PrepareConfig(blocked_min_model_flops=0))
-    assert before.script(show_meta=True) == text
-
-
 # ----------------------------------------------------------------------------------------------
 # the configuration follows the devices' targets
 

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..errors import InputError
 from ..ops import winograd as winograd_op
 
 logger = logging.getLogger(__name__)
@@ -58,8 +59,6 @@ class PrepareConfig:
     winograd_max_weight_bytes: int = winograd_op.MAX_WEIGHT_BYTES
 
     def __post_init__(self):
-        from ..errors import InputError
-
         for name in ("channel_lanes", "block_lanes"):
             if int(getattr(self, name)) < 1:
                 raise InputError(f"PrepareConfig.{name} must be at least 1, got "
