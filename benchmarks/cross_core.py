@@ -19,8 +19,9 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
-import tvm_hetero as th  # noqa: F401  (sets TVM_NUM_THREADS to every CPU before the pool starts)
-from tvm_hetero.devices import host_cpu_name, runtime_threads
+from tvm_hetero.devices import host_cpu_name, runtime_threads, use_every_cpu_thread
+
+use_every_cpu_thread()  # TVM_NUM_THREADS: every CPU, before the pool starts
 
 
 def kernels(floats: int):

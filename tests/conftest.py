@@ -42,19 +42,22 @@ _DIRECT_MODELS = {}
 
 
 def zoo_direct(name):
-    """A zoo model prepared without Winograd: its 3x3 convolutions stay direct and NCHW (the
-    direct rules' tests)."""
-    from tvm_hetero import layers
-
+    """A zoo model prepared without Winograd (``PrepareConfig(winograd=False)``): its 3x3
+    convolutions stay direct and NCHW (the direct rules' tests). Its module is the layered one,
+    which every flow takes as it is."""
     if name not in _DIRECT_MODELS:
-        model = th.load_model(f"zoo:{name}")
-        saved, layers.WINOGRAD_MAX_WEIGHT_BYTES = layers.WINOGRAD_MAX_WEIGHT_BYTES, 0
-        try:
-            layers.layered_module(model)
-        finally:
-            layers.WINOGRAD_MAX_WEIGHT_BYTES = saved
-        _DIRECT_MODELS[name] = model
+        _DIRECT_MODELS[name] = prepared(th.load_model(f"zoo:{name}"),
+                                        th.PrepareConfig.for_host(winograd=False))
     return _DIRECT_MODELS[name]
+
+
+def prepared(model, config):
+    """`model` with its module prepared under `config` (a layered module: flows take it as it
+    is, whatever their devices)."""
+    import dataclasses
+
+    return dataclasses.replace(model, mod=th.prepare(model.mod, config), onnx_model=None,
+                               _fingerprint=None, _layered=None)
 
 
 @pytest.fixture

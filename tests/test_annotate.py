@@ -5,7 +5,7 @@ from tvm import relax
 
 import tvm_hetero as th
 from tvm_hetero.annotate import WEIGHTS_FUNC
-from tvm_hetero.layers import prepare
+from tvm_hetero.prepare import prepare
 
 from conftest import zoo
 

@@ -110,18 +110,33 @@ def test_runtime_check_names_the_missing_device():
     DeviceSet.parse(["cpu", "cpu-generic"]).check_runtime()
 
 
-def _runtime_threads_in_a_fresh_process(env_overrides):
+def _in_a_fresh_process(code, env_overrides=None):
+    """The last line `code` prints, run by Python without TVM_NUM_THREADS / OMP_NUM_THREADS
+    (plus `env_overrides`)."""
     import os
     import subprocess
     import sys
 
     env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
-    env.update(env_overrides)
-    code = ("import tvm_hetero, tvm; from tvm_hetero.devices import runtime_threads; "
-            "print(runtime_threads())")
+    env.update(env_overrides or {})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True)
-    return int(out.stdout.strip().splitlines()[-1])
+    return out.stdout.strip().splitlines()[-1]
+
+
+def _runtime_threads_in_a_fresh_process(env_overrides):
+    # a model built and run: where tvm_hetero first runs TVM kernels
+    code = ("import tvm_hetero as th; from tvm_hetero.devices import runtime_threads; "
+            "model = th.load_model('zoo:mlp'); "
+            "th.build(model, 'all:cpu', ['cpu']).run(model.random_inputs()); "
+            "print(runtime_threads())")
+    return int(_in_a_fresh_process(code, env_overrides))
+
+
+def test_importing_tvm_hetero_changes_no_environment_variable():
+    code = ("import os; before = dict(os.environ); import tvm_hetero; "
+            "print(sorted(set(os.environ.items()) ^ set(before.items())))")
+    assert _in_a_fresh_process(code) == "[]"
 
 
 def test_tvm_runs_cpu_kernels_on_every_cpu_and_respects_the_users_setting():

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import tvm_hetero as th
-from tvm_hetero.layers import LAYER_KINDS, is_layered, prepare
+from tvm_hetero.layers import LAYER_KINDS, is_layered
+from tvm_hetero.prepare import prepare
 from tvm_hetero.testing import light_model_path
 
 from conftest import conv_chain, zoo, zoo_direct
@@ -238,7 +239,7 @@ def test_wide_convolutions_run_in_the_blocked_layout_and_match_onnxruntime(cpu_d
 
 
 def test_a_model_with_little_convolution_work_stays_nchw(caplog):
-    with caplog.at_level("INFO", logger="tvm_hetero.layers"):
+    with caplog.at_level("INFO", logger="tvm_hetero.prepare"):
         small = th.extract_layers(th.load_model(conv_chain(64, 12), name="conv_chain_12"))
     # 11 MFLOP, and a 12x12 output has too few 4x4 tiles for Winograd
     assert [l.kind for l in small] == ["conv2d", "conv2d"]
@@ -265,12 +266,12 @@ def _conv_then_dropout():
 
 
 def test_a_failed_layout_conversion_keeps_nchw_and_says_why(caplog):
-    from tvm_hetero.layers import _blocked_conv_layout_pass
+    from tvm_hetero.prepare.blocked_conv_layout import BlockedConvLayout
 
     mod = _conv_then_dropout()
     # TVM's layout inference fails on dropout's tuple (prepare drops dropout first)
-    with caplog.at_level("INFO", logger="tvm_hetero.layers"):
-        converted = _blocked_conv_layout_pass()(mod)
+    with caplog.at_level("INFO", logger="tvm_hetero.prepare"):
+        converted = BlockedConvLayout(th.PrepareConfig())(mod)
     assert any("convolutions stay NCHW: layout conversion failed" in r.message
                for r in caplog.records)
     assert converted.same_as(mod)
@@ -290,7 +291,7 @@ def test_inference_dropout_is_dropped_and_the_convolution_blocked():
 def _conv_module(layout: str, weight: np.ndarray, out_layout: str | None = None):
     from tvm import relax
 
-    from tvm_hetero.layers import _blocked_by_numpy
+    from tvm_hetero.prepare.fold_constant_layouts import blocked_by_numpy
 
     channels, size = weight.shape[1], 8
     builder = relax.BlockBuilder()
@@ -300,7 +301,7 @@ def _conv_module(layout: str, weight: np.ndarray, out_layout: str | None = None)
     else:  # NCHW8c
         x = relax.Var("x", relax.TensorType((1, channels // 8, size, size, 8), "float32"))
         blocked = (weight.shape[0] // 8, channels // 8) + weight.shape[2:] + (8, 8)
-        weight = np.ascontiguousarray(_blocked_by_numpy(weight, blocked))
+        weight = np.ascontiguousarray(blocked_by_numpy(weight, blocked))
         kernel_layout = "OIHW8i8o"
     with builder.function("main", [x]):
         with builder.dataflow():
@@ -312,7 +313,7 @@ def _conv_module(layout: str, weight: np.ndarray, out_layout: str | None = None)
 
 
 def test_a_users_blocked_convolution_is_legalized_and_matches_nchw(cpu_devices):
-    from tvm_hetero.layers import _blocked_by_numpy
+    from tvm_hetero.prepare.fold_constant_layouts import blocked_by_numpy
 
     rng = np.random.default_rng(0)
     weight = rng.standard_normal((32, 16, 3, 3)).astype("float32")
@@ -321,8 +322,8 @@ def test_a_users_blocked_convolution_is_legalized_and_matches_nchw(cpu_devices):
     blocked = th.build(_conv_module("NCHW8c", weight), "all:cpu", cpu_devices)
     # 8-channel blocks: not the 16 lanes of the blocked rule
     assert list(blocked.stats.rules.values()) == ["tiled"]
-    got = blocked.run({"x": np.ascontiguousarray(_blocked_by_numpy(x, (1, 2, 8, 8, 8)))})
-    np.testing.assert_allclose(got[0], _blocked_by_numpy(reference[0], (1, 4, 8, 8, 8)),
+    got = blocked.run({"x": np.ascontiguousarray(blocked_by_numpy(x, (1, 2, 8, 8, 8)))})
+    np.testing.assert_allclose(got[0], blocked_by_numpy(reference[0], (1, 4, 8, 8, 8)),
                                rtol=1e-4, atol=1e-4)
 
 
@@ -365,7 +366,7 @@ def test_3x3_convolutions_run_as_winograd_and_match_onnxruntime(cpu_devices):
 
 
 def test_winograd_takes_3x3_stride_1_convolutions_with_enough_tiles_and_small_weights():
-    from tvm_hetero.layers import _winograd_fits
+    from tvm_hetero.ops.winograd import fits as _winograd_fits
 
     fits = dict(batch=1, in_channels=32, out_channels=32, out_h=16, out_w=16, window=(3, 3),
                 strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)

@@ -11,25 +11,23 @@ The public API::
     compiled.export_library("model.so")
 
 ``AnnotateDevice`` is the Relax pass underneath, for use in one's own pipeline (after
-``tvm_hetero.prepare``).
+``tvm_hetero.prepare``). Importing the package has no side effects: TVM's CPU thread count is
+set where kernels first run (see :func:`tvm_hetero.devices.use_every_cpu_thread`).
 """
 
-from .devices import use_every_cpu_thread
-
-use_every_cpu_thread()  # before TVM's thread pool starts: see its docstring
-
-from .annotate import AnnotateDevice  # noqa: E402 (after the thread setting)
+from .annotate import AnnotateDevice
 from .build import CompiledModel, LatencySummary, build, load, time_function
 from .database import Database
 from .devices import Device, DeviceSet, parse_device, parse_size
 from .errors import (BuildError, DeviceError, HeteroError, InputError, ModelError,
                      PlacementError)
 from .frontend import InputSpec, Model, load_model
-from .layers import Layer, extract_layers, prepare
+from .layers import Layer, extract_layers
 from .measure import (ErrorKind, LocalBuilder, LocalRunner, MeasureResult, MeasureTask,
                       Measurer)
 from .memory import memory_use, over_cap
 from .placement import Placement
+from .prepare import PrepareConfig, prepare
 from .profiles import Profile, profile_model
 from .report import write_report
 from .search import STRATEGIES, TuneResult, candidates, tune
@@ -42,8 +40,8 @@ __all__ = [
     "AnnotateDevice", "BuildError", "CompiledModel", "Database", "Device", "DeviceError",
     "DeviceSet", "DeviceStatus", "ErrorKind", "HeteroError", "InputError", "InputSpec",
     "LatencySummary", "Layer", "LocalBuilder", "LocalRunner", "MeasureResult", "MeasureTask",
-    "Measurer", "Model", "ModelError", "Placement", "PlacementError", "Profile", "TaskWeights",
-    "ZOO", "build", "extract_layers", "load", "load_model", "memory_use", "over_cap",
-    "parse_device", "parse_size", "prepare", "probe", "profile_model", "candidates",
+    "Measurer", "Model", "ModelError", "Placement", "PlacementError", "PrepareConfig", "Profile",
+    "TaskWeights", "ZOO", "build", "candidates", "extract_layers", "load", "load_model",
+    "memory_use", "over_cap", "parse_device", "parse_size", "prepare", "probe", "profile_model",
     "STRATEGIES", "TuneResult", "time_function", "tune", "write_report", "zoo_model",
 ]

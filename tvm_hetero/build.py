@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .annotate import WEIGHTS_FUNC, AnnotateDevice, used_devices
-from .devices import DeviceSet, host_target_dict
+from .devices import DeviceSet, host_target_dict, use_every_cpu_thread
 from .errors import BuildError, DeviceError, InputError, ModelError, error_message
 from .frontend import InputSpec, load_model
 from .frontend.index_guard import OUT_OF_RANGE
@@ -27,6 +27,7 @@ from .layers import extract_layers, layered_module
 from .optimize import schedule_passes
 from .optimize.tuning import TuningDatabase
 from .placement import Placement
+from .prepare import PrepareConfig
 
 logger = logging.getLogger(__name__)
 
@@ -240,7 +241,9 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
     stats = BuildStats()
     start = time.perf_counter()
-    layered = layered_module(model)
+    use_every_cpu_thread()
+    # prepared for the whole set, as the search's layers were (not only the devices used)
+    layered = layered_module(model, PrepareConfig.for_devices(devices))
     layers = extract_layers(layered)
     if isinstance(placement, str):
         placement = Placement.parse(placement, layers)
@@ -475,6 +478,7 @@ def load(path: str | os.PathLike,
         built ones in number and kind.
     """
     tvm, relax = _import_tvm()
+    use_every_cpu_thread()
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ModelError(f"compiled model not found: {path}")

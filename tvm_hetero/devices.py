@@ -88,8 +88,11 @@ def use_every_cpu_thread() -> None:
     Left alone, TVM's thread pool takes half the logical CPUs on x86 (it assumes the other half
     are hyper-threads): one thread on a 2-vCPU machine, half the speed of onnxruntime given the
     same two CPUs. The pool reads ``TVM_NUM_THREADS`` once, when it starts (at the first parallel
-    kernel), so this sets it when tvm_hetero is imported, unless the user set it (or
-    ``OMP_NUM_THREADS``). Worker processes inherit it.
+    kernel), so this sets it, unless the user set it (or ``OMP_NUM_THREADS``), where tvm_hetero
+    is about to run kernels: :func:`~tvm_hetero.build` and :func:`~tvm_hetero.load` (hence in
+    the builder and runner worker processes), :meth:`DeviceSet.check_runtime` (before a
+    compiled model's first run, profiling, probing and tuning; tuning's worker processes are
+    started after it and inherit it) and kernel timing. Importing tvm_hetero sets nothing.
     """
     import os
 
@@ -369,7 +372,9 @@ class DeviceSet:
 
     def check_runtime(self) -> None:
         """Raise :class:`DeviceError` naming the first device that cannot run here; log a
-        warning when TVM's CPU runtime has fewer threads than a CPU device's ``num-cores``."""
+        warning when TVM's CPU runtime has fewer threads than a CPU device's ``num-cores``.
+        Sets TVM's CPU threads first (:func:`use_every_cpu_thread`): kernels run next."""
+        use_every_cpu_thread()
         for dev in self.devices:
             if not dev.runtime_available():
                 raise DeviceError(

@@ -145,6 +145,7 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
         Called with a message per device (the CLI shows it).
     """
     from .layers import layered_module
+    from .prepare import PrepareConfig
 
     model_fp, devices_fp = model.fingerprint(), devices.fingerprint()
     if path:
@@ -153,7 +154,7 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
             logger.info("reusing the profile in %s", path)
             return found
     devices.check_runtime()
-    mod = layered_module(model)
+    mod = layered_module(model, PrepareConfig.for_devices(devices))
     layer_ms: dict[str, dict[str, float]] = {layer.name: {} for layer in layers}
     for device in devices:
         if progress:

@@ -43,11 +43,12 @@ def run(args) -> int:
     from ..memory import describe_over_cap, over_cap
     from ..optimize import TUNED
     from ..placement import Placement
+    from ..prepare import PrepareConfig
 
     devices = parse_devices(args)
     output_path(args.output)
     model = load_cli_model(args)
-    layers = extract_layers(model)
+    layers = extract_layers(model, PrepareConfig.for_devices(devices))
     if args.records:
         placement = best_record(args.records, model, devices, layers)
     else:

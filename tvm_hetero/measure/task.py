@@ -14,6 +14,7 @@ from ..devices import DeviceSet
 from ..frontend import Model, load_model
 from ..layers import Layer, extract_layers
 from ..placement import Placement
+from ..prepare import PrepareConfig
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class MeasureTask:
         inputs = model.random_inputs(seed)
         inputs_file = os.path.join(workdir, "inputs.npz")
         np.savez(inputs_file, **inputs)
-        layers = extract_layers(model)
+        layers = extract_layers(model, PrepareConfig.for_devices(devices))
         if reference is None:
             first = devices[0].name
             logger.info("computing reference outputs on %s", first)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..devices import Device, DeviceSet
+from ..devices import Device, DeviceSet, use_every_cpu_thread
 from .pass_ import schedule_passes
 
 
@@ -38,6 +38,7 @@ def kernel_for(func, device: Device, chosen: dict | None = None):
 def time_kernel(lib, func, device: Device, repeat: int = 3, min_repeat_ms: int = 20,
                 seed: int = 0) -> float:
     """Median ms of one call of `lib` (the kernel `func` compiled), on random arguments."""
+    use_every_cpu_thread()
     dev = device.runtime_device()
     rng = np.random.default_rng(seed)
     args = []

@@ -28,8 +28,9 @@ from ..devices import DeviceSet, host_num_cores
 from ..errors import BuildError, HeteroError, error_message
 from ..frontend import load_model
 from ..layers import extract_layers, layered_module
+from ..ops.winograd import is_winograd
+from ..prepare import PrepareConfig
 from ..placement import Placement
-from .cpu import is_winograd
 from .kernel import kernel_for, time_kernel
 from .table import RULES_VERSION
 
@@ -175,7 +176,7 @@ class TuningDatabase:
 
 def _kernels_by_device(model, placement, devices):
     """``{device name: [(func name, func, calls)]}`` for the kernels the placement runs."""
-    mod = layered_module(model)
+    mod = layered_module(model, PrepareConfig.for_devices(devices))
     layers = extract_layers(mod)
     placement.validate(layers, devices)
     calls: dict[str, Counter] = {}
@@ -219,7 +220,8 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
     devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
     db = database if isinstance(database, TuningDatabase) else TuningDatabase(database)
     if isinstance(placement, str):
-        placement = Placement.parse(placement, extract_layers(model))
+        placement = Placement.parse(placement, extract_layers(
+            model, PrepareConfig.for_devices(devices)))
     summary = TuningSummary(database=db.path)
     by_device = _kernels_by_device(model, placement, devices)
     for device_name, kernels in by_device.items():

@@ -19,7 +19,7 @@ class BlockedNCHWc(Rule):
     families = ("cpu",)
 
     def apply(self, func, target):
-        """Schedule a convolution in the blocked layout NCHW[lanes]c (see ``layers.prepare``).
+        """Schedule a convolution in the blocked layout NCHW[lanes]c (see ``tvm_hetero.prepare``).
 
         ``out[n, f, y, x, lane] += data[n, c, y', x', l] * weight[f, c, ry, rx, l, lane]``: a
         register tile of ``v`` output-channel blocks times ``w`` output columns, each a vector of

@@ -5,26 +5,11 @@ channel products in register tiles, the inverse transform and the epilogue."""
 from __future__ import annotations
 
 from ...layers import kernel_kind
+from ...ops.winograd import OUT_BLOCK, STAGES, is_winograd
 from ..rule import Rule
 from .base import PACKED_ACCUMULATORS, largest_divisor, vector_lanes
 
-WINOGRAD_STAGES = ("winograd_inverse", "winograd_inverse_rows", "winograd_gemm",
-                   "winograd_data", "winograd_rows", "winograd_pad")
-
-
-def is_winograd(func) -> bool:
-    """Whether a kernel is a Winograd convolution (written by ``layers.prepare``).
-
-    MetaSchedule is not asked to tune these: its search space does not unroll the transforms
-    over their constant matrices (best of 128 trials on the zoo ResNet's 32-channel layer:
-    389 us; the winograd rule: 9 us)."""
-    from tvm import s_tir
-
-    try:
-        s_tir.Schedule(func).get_sblock("winograd_gemm")
-    except s_tir.ScheduleError:
-        return False
-    return True
+__all__ = ["Winograd", "is_winograd"]
 
 
 class Winograd(Rule):
@@ -41,8 +26,8 @@ class Winograd(Rule):
     families = ("cpu",)
 
     def apply(self, func, target):
-        """Schedule a Winograd F(4x4, 3x3) convolution in NCHW16c (``layers.prepare`` writes it:
-        blocks ``winograd_pad`` ... ``winograd_out``, see ``_conv2d_winograd_blocked``).
+        """Schedule a Winograd F(4x4, 3x3) convolution in NCHW16c (preparation writes it: the
+        blocks of :func:`tvm_hetero.ops.winograd.conv2d_nchwc`).
 
         One parallel task per row of output tiles computes everything that row needs: its padded
         input rows, their transform, the 36 channel products, the inverse transform and the output
@@ -57,14 +42,14 @@ class Winograd(Rule):
             return None
         sch = s_tir.Schedule(func)
         try:  # (what is_winograd checks)
-            stages = [sch.get_sblock(name) for name in WINOGRAD_STAGES]
-            out = sch.get_sblock("winograd_out")
+            stages = [sch.get_sblock(name) for name in STAGES]
+            out = sch.get_sblock(OUT_BLOCK)
         except s_tir.ScheduleError:
             return None
         lanes, registers = vector_lanes(target)
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
         names = [sch.get(block_rv).name_hint for block_rv in blocks]
-        for block_rv in blocks[names.index("winograd_out") + 1:]:  # the fused epilogue
+        for block_rv in blocks[names.index(OUT_BLOCK) + 1:]:  # the fused epilogue
             sch.reverse_compute_inline(block_rv)
         _, channel_blocks, _, width, channel_lanes = (int(v) for v in
                                                       sch.get(out).writes[0].source.shape)

@@ -1,0 +1,40 @@
+"""Convolutions in the blocked layout NCHW[x]c: the layout names and the TE compute that
+preparation legalizes them to (the ``blocked-nchwc`` rule schedules it)."""
+
+from __future__ import annotations
+
+# the block of the compute
+BLOCK = "conv2d_NCHWc"
+
+
+def layouts(lanes: int) -> tuple[str, str]:
+    """``(data/output layout, weight layout)`` of the blocked layout of `lanes` channels:
+    ``NCHW{lanes}c`` (``[N, C/lanes, H, W, lanes]``) and ``OIHW{lanes}i{lanes}o``."""
+    return f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o"
+
+
+def conv2d_nchwc(data, weight, strides, padding, dilation):
+    """TE compute of a convolution in NCHW[x]c with an OIHW[x]i[y]o weight, its reduction over
+    input channel blocks, window rows, columns, then lanes (TOPI's ``conv2d_NCHWc`` fuses the
+    input channels into one axis read through a division, which schedules worse)."""
+    from tvm import te, topi
+
+    batch, in_blocks, height, width, _ = (int(v) for v in data.shape)
+    out_blocks, _, window_h, window_w, in_lanes, out_lanes = (int(v) for v in weight.shape)
+    stride_h, stride_w = (int(v) for v in strides)
+    dilation_h, dilation_w = (int(v) for v in dilation)
+    top, left, bottom, right = (int(v) for v in padding)
+    out_h = (height + top + bottom - (window_h - 1) * dilation_h - 1) // stride_h + 1
+    out_w = (width + left + right - (window_w - 1) * dilation_w - 1) // stride_w + 1
+    if top or left or bottom or right:
+        data = topi.nn.pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0), name="pad")
+    rc = te.reduce_axis((0, in_blocks), "rc")
+    ry = te.reduce_axis((0, window_h), "ry")
+    rx = te.reduce_axis((0, window_w), "rx")
+    rl = te.reduce_axis((0, in_lanes), "rl")
+    return te.compute(
+        (batch, out_blocks, out_h, out_w, out_lanes),
+        lambda n, f, y, x, lane: te.sum(
+            data[n, rc, y * stride_h + ry * dilation_h, x * stride_w + rx * dilation_w, rl]
+            * weight[f, rc, ry, rx, rl, lane], axis=[rc, ry, rx, rl]),
+        name=BLOCK)

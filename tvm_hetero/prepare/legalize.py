@@ -1,0 +1,57 @@
+"""The legalization of ``relax.nn.conv2d``: blocked-layout convolutions to the computes of
+:mod:`tvm_hetero.ops` (Winograd where it fits), the others to TVM's own."""
+
+from __future__ import annotations
+
+import re
+
+import tvm
+from tvm import relax
+from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
+
+from ..errors import ModelError
+from ..ops import conv2d_nchwc, winograd
+from .config import PrepareConfig
+
+
+def conv2d_legalizer(config: PrepareConfig):
+    """The ``LegalizeOps`` function for ``relax.nn.conv2d`` under `config`.
+
+    Blocked-layout convolutions (``NCHW[x]c`` data and output, ``OIHW[x]i[y]o`` weight: TVM's
+    legalization leaves them as they are) become :func:`tvm_hetero.ops.conv2d_nchwc.conv2d_nchwc`,
+    or :func:`tvm_hetero.ops.winograd.conv2d_nchwc` with the weights transformed here when the
+    weights are float32 constants, the blocks ``config.block_lanes`` wide and the convolution
+    fits (``config.winograd_fits``); NCHW and NHWC ones go to TVM's legalization; other layouts
+    raise :class:`ModelError`.
+    """
+
+    def legalize(bb, call):
+        attrs = call.attrs
+        data, kernel, out = (str(attrs.data_layout), str(attrs.kernel_layout),
+                             str(attrs.out_layout))
+        if len(data) == 4 and len(kernel) == 4:
+            return _nn_conv2d(bb, call)
+        data_block = re.fullmatch(r"NCHW(\d+)c", data)
+        kernel_block = re.fullmatch(r"OIHW(\d+)i(\d+)o", kernel)
+        if not (data_block and kernel_block and out == data and int(attrs.groups) == 1
+                and kernel_block.group(1) == data_block.group(1)):
+            raise ModelError(f"conv2d with layouts {data}/{kernel}/{out} (groups {attrs.groups})"
+                             f" is not supported: NCHW, NHWC or NCHW[x]c with OIHW[x]i[y]o")
+        weight = call.args[1]
+        if isinstance(weight, relax.Var):  # the blocked weight, folded and bound to a variable
+            weight = bb.lookup_binding(weight)
+        if isinstance(weight, tvm.ir.GenericConst) and str(weight.ty.dtype) == "float32":
+            _, in_blocks, _, _, lanes = (int(v) for v in call.args[0].ty.shape)
+            batch, out_blocks, out_h, out_w, _ = (int(v) for v in call.ty.shape)
+            window = [int(v) for v in weight.ty.shape][2:4]
+            if lanes == config.block_lanes and config.winograd_fits(
+                    batch, in_blocks * lanes, out_blocks * lanes, out_h, out_w, window,
+                    [int(v) for v in attrs.strides], [int(v) for v in attrs.padding],
+                    [int(v) for v in attrs.dilation], int(attrs.groups)):
+                transformed = relax.const(winograd.transform_weight(weight.value.numpy()))
+                return bb.call_te(winograd.conv2d_nchwc, call.args[0], transformed,
+                                  primfunc_name_hint="conv2d")
+        return bb.call_te(conv2d_nchwc.conv2d_nchwc, call.args[0], call.args[1], attrs.strides,
+                          attrs.padding, attrs.dilation, primfunc_name_hint="conv2d")
+
+    return legalize

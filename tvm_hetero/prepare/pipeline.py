@@ -1,0 +1,124 @@
+"""The preparation pipeline: a model's Relax module to its *layered* form, in which every
+``call_tir`` binding of ``main`` is one layer (a fused operator group).
+
+Two phases, each a named ``tvm.transform.Sequential``:
+
+- the graph phase (:func:`graph_phase`), on Relax ops: inference-only forms out, constants
+  folded, then the convolutions reshaped for the CPU rules (merged, padded to whole vectors,
+  blocked) as the :class:`~tvm_hetero.prepare.PrepareConfig` says;
+- the lowering phase (:func:`lowering_phase`), in the target's context: every op legalized to
+  TIR (blocked convolutions to :mod:`tvm_hetero.ops`), then fused into one PrimFunc per layer.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .config import PrepareConfig
+
+logger = logging.getLogger(__name__)
+
+
+def graph_phase(config: PrepareConfig):
+    """The graph phase's passes, as one ``Sequential`` named ``tvm_hetero.PrepareGraph``."""
+    import tvm
+    from tvm import relax
+
+    from .blocked_conv_layout import BlockedConvLayout
+    from .drop_dropout import DropDropout
+    from .merge_concatenated_convs import MergeConcatenatedConvs
+    from .pad_conv_channels import PadConvChannels
+    from .simplify_stack_sum import SimplifyStackSum
+
+    t = relax.transform
+    return tvm.transform.Sequential([
+        # inference-only forms out: batch norm to arithmetic, dropout dropped, ONNX Sum as adds
+        t.DecomposeOpsForInference(),
+        t.CanonicalizeBindings(),
+        DropDropout(),
+        SimplifyStackSum(),
+        t.CanonicalizeBindings(),  # aliases left by the rewrite block fusion
+        # constants: batch-norm scales and shifts, reshaped weights
+        t.FoldConstant(),
+        # convolutions for the CPU rules: parallel ones of one input merged, output channels
+        # padded to whole vectors, the blocked layout where the model's convolutions pay for it
+        MergeConcatenatedConvs(),
+        PadConvChannels(config.channel_lanes, config.channel_pad_waste),
+        t.DeadCodeElimination(),
+        BlockedConvLayout(config),
+    ], name="tvm_hetero.PrepareGraph")
+
+
+def lowering_phase(config: PrepareConfig):
+    """The lowering phase's passes, as one ``Sequential`` named ``tvm_hetero.PrepareLowering``
+    (run it in a target's context)."""
+    import tvm
+    from tvm import relax
+
+    from .legalize import conv2d_legalizer
+    from .op_kinds import FuseTIRKeepingOpKinds
+
+    t = relax.transform
+    return tvm.transform.Sequential([
+        # every op to a TIR kernel; constants computed by kernels folded
+        t.LegalizeOps({"relax.nn.conv2d": conv2d_legalizer(config)}),
+        t.AnnotateTIROpPattern(),
+        t.FoldConstant(),
+        # one PrimFunc per layer, the ops it fuses kept on it
+        t.FuseOps(),
+        FuseTIRKeepingOpKinds(),
+        t.DeadCodeElimination(),
+    ], name="tvm_hetero.PrepareLowering")
+
+
+def prepare(mod, config: PrepareConfig | None = None, target=None):
+    """Lower a model's Relax module to its layered form.
+
+    Decomposes inference-only ops (and drops inference dropout), folds constants, merges
+    convolutions of one input whose outputs a Concat joins into one convolution, pads the
+    output channels of convolutions with constant weights up to whole vectors where that costs
+    little (a ``strided_slice`` after the convolution keeps the model's output), converts the
+    convolutions of models with enough convolution work to the blocked layout (a layout
+    transform where the model's layout changes; 3x3 ones as Winograd where they fit),
+    legalizes every op to TIR and fuses (FuseOps + FuseTIR), so that each ``call_tir`` binding
+    of ``main`` is one layer. The ops of each fused group are kept in the PrimFunc attribute
+    ``tvm_hetero.op_kinds``.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A Relax module whose ``main`` has weights bound as constants.
+    config : PrepareConfig, optional
+        The options (lanes, blocked layout, Winograd); by default those of the host CPU (the
+        device ``cpu``: ``PrepareConfig.for_host()``). ``PrepareConfig.for_devices(devices)``
+        follows a device set's targets.
+    target : tvm.target.Target, optional
+        The target in whose context ops are legalized (the host CPU by default). Legalization
+        and fusion come out the same for LLVM and CUDA targets.
+
+    Returns
+    -------
+    tvm.IRModule
+        A new module; the input is not modified.
+
+    Raises
+    ------
+    ModelError
+        When an op cannot be lowered to a TIR kernel.
+    """
+    import tvm
+
+    from ..devices import host_target_dict
+    from ..errors import ModelError
+    from ..layers import unlowered_calls
+
+    config = config or PrepareConfig.for_host()
+    target = target or tvm.target.Target(host_target_dict())
+    mod = graph_phase(config)(mod)
+    with target:
+        mod = lowering_phase(config)(mod)
+    left = unlowered_calls(mod)
+    if left:  # TVM legalized nothing for them (a layout it has no lowering for, say)
+        raise ModelError(f"cannot lower {', '.join(sorted(set(left)))} to TIR kernels with "
+                         "TVM's legalization (unsupported attributes or layout)")
+    return mod
