@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ...layers import kernel_kind
 from ..rule import Rule
-from .base import largest_divisor, loop_extent, prologue_per_task, walks_contiguously
+from .base import (epilogue_at, largest_divisor, loop_extent, prologue_per_task,
+                   walks_contiguously)
 
 # Register tile of the tiled rule: rows of the output held in vector registers at once
 # (channels of a convolution, rows of a matmul) times vector lanes along the contiguous axis.
@@ -112,8 +113,12 @@ class Tiled(Rule):
         for block_rv in epilogue:
             reads = [region.source for region in sch.get(block_rv).reads]
             if any(buffer.same_as(output) for buffer in reads):
-                sch.reverse_compute_at(block_rv, lane_outer)
-                sch.vectorize(sch.get_loops(block_rv)[-1])
+                # only the epilogue's own lane loop: a tile of one lane has none, and
+                # vectorizing lane_outer (around the reduction) is miscompiled by TVM 0.27 (the
+                # accumulator compacted to one element for all lanes: docs/design.md)
+                tile_loops = epilogue_at(sch, block_rv, lane_outer)
+                if tile_loops:
+                    sch.vectorize(tile_loops[-1])
             else:
                 apart.append(block_rv)
         if not outer:  # a matrix-vector product: the lane tiles are the parallel work
