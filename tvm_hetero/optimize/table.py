@@ -10,7 +10,9 @@ from __future__ import annotations
 from ..layers import LAYER_KINDS
 from .cpu import (BlockedNCHWc, ConcatCopies, LayoutCopies, PackedWeights, ParallelLoops,
                   PixelLanes1x1, PoolingRows, ReductionChains, SplitKGemv, Tiled, Winograd)
+from .cpu.injective_lanes import InjectiveLanes
 from .cpu.packed_weights import tiled_fits_better
+from .cpu.row_reductions import RowReductions
 from .gpu import DlightRule, gpu_rules
 from .rule import FAMILIES, Rule
 
@@ -40,6 +42,7 @@ def default_table() -> dict[tuple[str, str], list[Rule]]:
         # vectors and packed would gather a residual or re-load a short reduction's weights
         PackedWeights().unless(tiled_fits_better, "tiled's lanes are whole vectors there"),
         Tiled(),  # grouped and depthwise convolutions, ragged channel counts
+        RowReductions(),  # 1x1 maps (squeeze-and-excite): a dot product per output channel
         parallel,
     ]
     table[("cpu", "matmul")] = [
@@ -59,7 +62,11 @@ def default_table() -> dict[tuple[str, str], list[Rule]]:
                    kinds=("reduction",)),
     ]
     # concatenations and layout transforms are elementwise; each rule declines the other's
-    table[("cpu", "elementwise")] = [ConcatCopies(), LayoutCopies(), parallel]
+    # then every other kernel without a reduction, small ones too (parallel-loops declines those)
+    table[("cpu", "elementwise")] = [ConcatCopies(), LayoutCopies(), InjectiveLanes(), parallel]
+    table[("cpu", "other")] = [InjectiveLanes(), parallel]  # gathers (take)
+    # softmax, layer norm: one row per task, vector partial sums
+    table[("cpu", "normalization")] = [RowReductions(), parallel]
     return table
 
 

@@ -104,7 +104,19 @@ class Tiled(Rule):
         # Epilogue: inline what can be inlined; what is left and reads the reduction's output
         # (the kernel's outputs) is computed per tile; unrelated blocks (a dropout mask) stay apart.
         output = block.writes[0].source
-        epilogue, apart = [], [info.block_rv for info in infos[:main_index]]
+        epilogue, apart = [], []
+        main_reads = [region.source for region in block.reads]
+        for block_rv in [info.block_rv for info in infos[:main_index]]:
+            # what only the epilogue reads (an attention mask) is inlined there: left apart,
+            # the epilogue could not be computed per tile
+            if not any(region.source.same_as(source) for region in sch.get(block_rv).writes
+                       for source in main_reads):
+                try:
+                    sch.compute_inline(block_rv)
+                    continue
+                except s_tir.ScheduleError:
+                    pass
+            apart.append(block_rv)
         for block_rv in [info.block_rv for info in infos[main_index + 1:]]:
             try:
                 sch.compute_inline(block_rv)
