@@ -86,3 +86,75 @@ def test_a_matmul_epilogue_over_a_prime_extent_is_right():
     # of its own, and the tiled rule vectorized the loop around the whole reduction instead
     # (TVM then kept one accumulator for all lanes)
     assert scheduled_and_checked(_attention_scores(2, 17, 8)) == "tiled"
+
+
+def _suite():
+    import os
+    import sys
+
+    benchmarks = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                              "benchmarks")
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)
+    import suite_models
+
+    return suite_models
+
+
+def _census(proto, name, target, check_rules=()):
+    """``{kernel: rule}`` of a model's layered module under the table; the kernels scheduled
+    by `check_rules` are also run against TVM's default loops."""
+    import tvm_hetero as th
+    from tvm_hetero.layers import layered_module
+
+    mod = layered_module(th.load_model(proto, name=name))
+    rules = {}
+    for gv, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            _, rule = optimize_function(func.with_attr("target", target), target, gv.name_hint)
+            if rule in check_rules:
+                scheduled_and_checked(func, target)
+            rules[gv.name_hint] = rule
+    return rules
+
+
+def _small_suite():
+    """Small instances of the suite's generators, with the kernel classes of the full ones:
+    embedding gather and int64 index fix-up, attention mask, softmax, layer norm, GELU,
+    transposes, ViT's class-token gather and prime token count, squeeze-and-excite 1x1
+    convolutions of 1x1 maps with HardSwish, SiLU and sigmoid gates, depthwise 3x3 and 5x5."""
+    suite = _suite()
+    return {"bert_layer": suite.bert_layer(seq=16, d=64, heads=2, vocab=64)[0],
+            "gpt2_block": suite.gpt2_block(seq=16, d=64, heads=2)[0],
+            "vit": suite.vit(d=64, heads=2, patch=16)[0],
+            "mobilenet_v3_block": suite.mobilenet_v3_block()[0],
+            "efficientnet_block": suite.efficientnet_block()[0]}
+
+
+@pytest.mark.parametrize("mcpu", ["znver4", "haswell"])
+def test_no_kernel_of_the_small_suite_keeps_tvms_default_loops(mcpu):
+    target = _target(mcpu)
+    used = {}
+    for name, proto in _small_suite().items():
+        rules = _census(proto, name, target,
+                        check_rules=("injective-lanes", "row-reductions") if mcpu == "znver4"
+                        else ())
+        assert [k for k, rule in rules.items() if rule is None] == [], name
+        used[name] = rules
+    # the classes that had no rule: gathers, softmax and layer norm, 1x1 maps
+    assert used["bert_layer"]["take"] == used["vit"]["take"] == "injective-lanes"
+    assert used["vit"]["softmax"] == used["vit"]["layer_norm"] == "row-reductions"
+    assert "row-reductions" in used["efficientnet_block"].values()
+
+
+@pytest.mark.slow
+def test_no_kernel_of_the_suite_keeps_tvms_default_loops():
+    suite = _suite()
+    target = _target()
+    unscheduled = {}
+    for name, make in suite.SUITE.items():
+        if name in ("lstm", "gru"):  # not imported by TVM 0.27's ONNX frontend
+            continue
+        rules = _census(make()[0], name, target)
+        unscheduled.update({f"{name}:{k}": None for k, rule in rules.items() if rule is None})
+    assert unscheduled == {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...layers import LAYER_KINDS
 from ..rule import Rule
 from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent,
-                   vector_lanes)
+                   vector_lanes, walks_contiguously)
 
 # at most this many vectors in one TVM-vectorized inner loop (a 7x7 feature map: 49 lanes)
 MAX_VECTORS = 4
@@ -25,7 +25,7 @@ def inner_lanes(extent: int, lanes: int) -> int | None:
 
 def lanes_and_tasks(sch, block_rv, lanes: int) -> bool:
     """Schedule one spatial block: trailing loops fused until they hold a vector, split into
-    whole vectors and vectorized; the loops outside fused and parallel when the block does
+    whole vectors and vectorized where the innermost axis walks every buffer contiguously; the loops outside fused and parallel when the block does
     ``MIN_PARALLEL_WORK`` iterations. False when a loop has an unknown extent."""
     loops = sch.get_loops(block_rv)
     if not loops:
@@ -33,12 +33,17 @@ def lanes_and_tasks(sch, block_rv, lanes: int) -> bool:
     if any(loop_extent(sch, loop) is None for loop in loops):
         return False
     work = iterations(sch, loops)
+    block = sch.get(block_rv)
+    # a transpose's inner axis strides through its input: TVM's vector gathers ran 10x slower
+    # than LLVM's scalar loop there (ViT's key transpose), so only contiguous walks get lanes
+    contiguous = len(block.iter_vars) == len(loops) and walks_contiguously(
+        block, block.iter_vars[-1].var)
     count = 1  # trailing loops fused until they hold a vector (a 7x7 map's rows: 49)
     while count < len(loops) and iterations(sch, loops[-count:]) < lanes:
         count += 1
     inner = sch.fuse(*loops[-count:]) if count > 1 else loops[-1]
     outer = list(loops[:-count])
-    width = inner_lanes(loop_extent(sch, inner), lanes)
+    width = inner_lanes(loop_extent(sch, inner), lanes) if contiguous else None
     if width is not None and width < loop_extent(sch, inner):
         inner_outer, inner = sch.split(inner, [None, width])
         outer.append(inner_outer)
