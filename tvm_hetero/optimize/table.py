@@ -21,9 +21,10 @@ from .rule import FAMILIES, Rule
 # 7 sends residual convolutions with whole tiled vectors to tiled, 8 sends every 1x1
 # stride-1 convolution to pixel-lanes-1x1, 9 has concat-copies, reduction-chains and
 # split-k-gemv, 10 blocked-nchwc and blocked pools, 11 pads small convolutions' input per
-# parallel task and compares tuned kernels in alternating rounds): tuned-vs-rules comparisons
-# stored in a tuning database under another version are measured again.
-RULES_VERSION = 12
+# parallel task and compares tuned kernels in alternating rounds, 13 injective-lanes and
+# row-reductions): tuned-vs-rules comparisons stored in a tuning database under another
+# version are measured again.
+RULES_VERSION = 13
 
 
 def default_table() -> dict[tuple[str, str], list[Rule]]:

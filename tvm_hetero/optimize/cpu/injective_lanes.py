@@ -15,12 +15,12 @@ MAX_VECTORS = 4
 
 def inner_lanes(extent: int, lanes: int) -> int | None:
     """Lanes for an inner loop of `extent`: a multiple of the target's `lanes` dividing it
-    (up to ``MAX_VECTORS`` vectors), the whole loop when it is that short, else None (no
-    whole-vector split: the loop stays serial for LLVM's own vectorizer)."""
+    (up to ``MAX_VECTORS`` vectors; else half a vector), the whole loop when it is that short,
+    else None (no such split: the loop stays serial for LLVM's own vectorizer)."""
     if extent <= MAX_VECTORS * lanes:
         return extent
-    multiples = [m * lanes for m in range(MAX_VECTORS, 0, -1) if extent % (m * lanes) == 0]
-    return multiples[0] if multiples else None
+    widths = [m * lanes for m in range(MAX_VECTORS, 0, -1)] + [lanes // 2]
+    return next((w for w in widths if w > 1 and extent % w == 0), None)
 
 
 def lanes_and_tasks(sch, block_rv, lanes: int) -> bool:

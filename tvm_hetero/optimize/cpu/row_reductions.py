@@ -41,8 +41,17 @@ def _vectorize_partials(sch, partial, row) -> None:
     """The partial block's lane loop innermost and vectorized, its initialization apart."""
     from .base import loops_under
 
-    lane, *reduction = loops_under(sch, partial, row)
-    sch.reorder(*reduction, lane)
+    from tvm.tirx.analysis import undefined_vars
+
+    loops = loops_under(sch, partial, row) if row is not None else sch.get_loops(partial)
+    realize = sch.get(loops[-1]).body  # the partial block's lane: its first iterator's loop
+    lane_vars = undefined_vars(realize.iter_values[0])
+    lane = next(loop for loop in loops
+                if any(v.same_as(sch.get(loop).loop_var) for v in lane_vars))
+    others = [loop for loop in loops if not sch.get(loop).same_as(sch.get(lane))]
+    sch.reorder(*others, lane)
+    reduction = others[[loop_extent(sch, lp) > 1 for lp in others].index(True):] \
+        if any(loop_extent(sch, lp) > 1 for lp in others) else others
     sch.vectorize(lane)
     init = sch.decompose_reduction(partial, reduction[0])
     sch.vectorize(sch.get_loops(init)[-1])
@@ -95,28 +104,39 @@ class RowReductions(Rule):
                     pass
             kept.append(info)
         kept.append(infos[-1])
-        rows = min(_leading_spatial(info) for info in kept)
+        # the rows: the leading spatial loops of the reductions; the last block's leading loops
+        # of the same extent (normalize_prim_func fuses a unit batch axis into the next one)
+        reductions = [info for info in kept if not info.is_injective()]
+        row_extent = min(iterations(sch, sch.get_loops(info.block_rv)[:_leading_spatial(info)])
+                         for info in reductions)
         last = kept[-1]
-        if rows == 0 or len(sch.get_loops(last.block_rv)) < rows:
+        last_loops = sch.get_loops(last.block_rv)
+        rows = next((n for n in range(len(last_loops) + 1)
+                     if iterations(sch, last_loops[:n]) >= row_extent), None)
+        if rows is None or iterations(sch, last_loops[:rows]) != row_extent:
             return None
+        if row_extent == 1:
+            rows = 0
         work = sum(iterations(sch, sch.get_loops(info.block_rv)) for info in kept)
         partials = [_vector_reduction(sch, info.block_rv, lanes) for info in kept
                     if not info.is_injective()]
-        loops = sch.get_loops(last.block_rv)
-        row = sch.fuse(*loops[:rows]) if rows > 1 else loops[0]
-        for block_rv in reversed(sch.get_child_blocks(sch.get_sblock("root"))[:-1]):
-            try:  # every other block (partial sums too) per row
-                sch.compute_at(block_rv, row, preserve_unit_loops=True)
-            except s_tir.ScheduleError:
-                return None
-        if loop_extent(sch, row) >= MIN_PARALLEL_EXTENT and work >= MIN_PARALLEL_WORK:
-            sch.parallel(row)
+        row = None  # no row loop: the kernel is one row (a classifier's softmax)
+        if rows:
+            loops = sch.get_loops(last.block_rv)
+            row = sch.fuse(*loops[:rows]) if rows > 1 else loops[0]
+            for block_rv in reversed(sch.get_child_blocks(sch.get_sblock("root"))[:-1]):
+                try:  # every other block (partial sums too) per row
+                    sch.compute_at(block_rv, row, preserve_unit_loops=True)
+                except s_tir.ScheduleError:
+                    return None
+            if loop_extent(sch, row) >= MIN_PARALLEL_EXTENT and work >= MIN_PARALLEL_WORK:
+                sch.parallel(row)
         for partial in partials:
             if partial is not None:
                 _vectorize_partials(sch, partial, row)
         for info in kept:
             if info.is_injective():
-                inner = sch.get_loops(info.block_rv)[1:]
+                inner = sch.get_loops(info.block_rv)[1 if rows else 0:]
                 if inner:
                     loop = sch.fuse(*inner) if len(inner) > 1 else inner[0]
                     width = inner_lanes(loop_extent(sch, loop), lanes)
