@@ -82,9 +82,9 @@ def _attention_scores(heads: int, tokens: int, dh: int):
 
 
 def test_a_matmul_epilogue_over_a_prime_extent_is_right():
-    # ViT's wrong answer: tiles of one row x one lane (197 is prime, 17 too) left the epilogue no loop
-    # of its own, and the tiled rule vectorized the loop around the whole reduction instead
-    # (TVM then kept one accumulator for all lanes)
+    # ViT's wrong answer: tiles of one row x one lane (197 is prime, 17 too) left the epilogue
+    # no loop of its own, and the tiled rule vectorized the loop around the whole reduction
+    # instead (TVM then kept one accumulator for all lanes)
     assert scheduled_and_checked(_attention_scores(2, 17, 8)) == "tiled"
 
 

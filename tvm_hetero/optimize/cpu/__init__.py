@@ -20,6 +20,6 @@ from .split_k_gemv import SplitKGemv
 from .tiled import Tiled
 from .winograd import Winograd, is_winograd
 
-__all__ = ["InjectiveLanes", "RowReductions", "PACKED_WEIGHTS_ATTR", "BlockedNCHWc", "ConcatCopies", "LayoutCopies",
-           "PackedWeights", "ParallelLoops", "PixelLanes1x1", "PoolingRows", "ReductionChains",
-           "SplitKGemv", "Tiled", "Winograd", "is_winograd"]
+__all__ = ["PACKED_WEIGHTS_ATTR", "BlockedNCHWc", "ConcatCopies", "InjectiveLanes",
+           "LayoutCopies", "PackedWeights", "ParallelLoops", "PixelLanes1x1", "PoolingRows",
+           "ReductionChains", "RowReductions", "SplitKGemv", "Tiled", "Winograd", "is_winograd"]

@@ -25,8 +25,9 @@ def inner_lanes(extent: int, lanes: int) -> int | None:
 
 def lanes_and_tasks(sch, block_rv, lanes: int) -> bool:
     """Schedule one spatial block: trailing loops fused until they hold a vector, split into
-    whole vectors and vectorized where the innermost axis walks every buffer contiguously; the loops outside fused and parallel when the block does
-    ``MIN_PARALLEL_WORK`` iterations. False when a loop has an unknown extent."""
+    whole vectors and vectorized where the innermost axis walks every buffer contiguously;
+    the loops outside fused and parallel when the block does ``MIN_PARALLEL_WORK``
+    iterations. False when a loop has an unknown extent."""
     loops = sch.get_loops(block_rv)
     if not loops:
         return True  # one element: nothing to schedule

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ...layers import LAYER_KINDS
 from ..rule import Rule
-from .base import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent, vector_lanes
+from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent, loops_under,
+                   vector_lanes)
 from .injective_lanes import inner_lanes
 
 
@@ -30,7 +31,7 @@ def _vector_reduction(sch, block_rv, lanes: int):
     trial = sch.copy()
     try:
         _, lane = trial.split(trial.get_loops(block_rv)[-1], [None, widths[0]])
-        partial = trial.rfactor(lane, factor_axis=0)
+        trial.rfactor(lane, factor_axis=0)
     except s_tir.ScheduleError:  # a reducer rfactor does not know
         return None
     _, lane = sch.split(inner, [None, widths[0]])
@@ -39,8 +40,6 @@ def _vector_reduction(sch, block_rv, lanes: int):
 
 def _vectorize_partials(sch, partial, row) -> None:
     """The partial block's lane loop innermost and vectorized, its initialization apart."""
-    from .base import loops_under
-
     from tvm.tirx.analysis import undefined_vars
 
     loops = loops_under(sch, partial, row) if row is not None else sch.get_loops(partial)
@@ -50,10 +49,9 @@ def _vectorize_partials(sch, partial, row) -> None:
                 if any(v.same_as(sch.get(loop).loop_var) for v in lane_vars))
     others = [loop for loop in loops if not sch.get(loop).same_as(sch.get(lane))]
     sch.reorder(*others, lane)
-    reduction = others[[loop_extent(sch, lp) > 1 for lp in others].index(True):] \
-        if any(loop_extent(sch, lp) > 1 for lp in others) else others
+    first = next((lp for lp in others if loop_extent(sch, lp) > 1), others[0])
     sch.vectorize(lane)
-    init = sch.decompose_reduction(partial, reduction[0])
+    init = sch.decompose_reduction(partial, first)  # before the reduction's first real loop
     sch.vectorize(sch.get_loops(init)[-1])
 
 
