@@ -51,7 +51,8 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
                                            for k in LAYER_KINDS}
     by_pair = dict(((f, k), names) for f, k, names in rows)
     assert by_pair[("cpu", "conv2d")] == ["winograd", "blocked-nchwc", "pixel-lanes-1x1",
-                                         "packed-weights", "tiled", "parallel-loops"]
+                                         "packed-weights", "tiled", "row-reductions",
+                                         "parallel-loops"]
     assert by_pair[("cpu", "matmul")] == ["split-k-gemv", "tiled", "dlight.cpu.GEMV",
                                          "parallel-loops"]
     assert by_pair[("cpu", "pooling")] == ["pooling-rows", "reduction-chains",
@@ -59,7 +60,9 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
     assert by_pair[("cpu", "reduction")] == ["reduction-chains", "parallel-loops",
                                             "dlight.cpu.Reduction"]
     assert by_pair[("cpu", "elementwise")] == ["concat-copies", "layout-copies",
-                                              "parallel-loops"]
+                                              "injective-lanes", "parallel-loops"]
+    assert by_pair[("cpu", "normalization")] == ["row-reductions", "parallel-loops"]
+    assert by_pair[("cpu", "other")] == ["injective-lanes", "parallel-loops"]
     seen = []
 
     def mark(func, target):

@@ -10,7 +10,9 @@ from __future__ import annotations
 from ..layers import LAYER_KINDS
 from .cpu import (BlockedNCHWc, ConcatCopies, LayoutCopies, PackedWeights, ParallelLoops,
                   PixelLanes1x1, PoolingRows, ReductionChains, SplitKGemv, Tiled, Winograd)
+from .cpu.injective_lanes import InjectiveLanes
 from .cpu.packed_weights import tiled_fits_better
+from .cpu.row_reductions import RowReductions
 from .gpu import DlightRule, gpu_rules
 from .rule import FAMILIES, Rule
 
@@ -19,9 +21,10 @@ from .rule import FAMILIES, Rule
 # 7 sends residual convolutions with whole tiled vectors to tiled, 8 sends every 1x1
 # stride-1 convolution to pixel-lanes-1x1, 9 has concat-copies, reduction-chains and
 # split-k-gemv, 10 blocked-nchwc and blocked pools, 11 pads small convolutions' input per
-# parallel task and compares tuned kernels in alternating rounds): tuned-vs-rules comparisons
-# stored in a tuning database under another version are measured again.
-RULES_VERSION = 12
+# parallel task and compares tuned kernels in alternating rounds, 13 injective-lanes and
+# row-reductions): tuned-vs-rules comparisons stored in a tuning database under another
+# version are measured again.
+RULES_VERSION = 13
 
 
 def default_table() -> dict[tuple[str, str], list[Rule]]:
@@ -40,6 +43,7 @@ def default_table() -> dict[tuple[str, str], list[Rule]]:
         # vectors and packed would gather a residual or re-load a short reduction's weights
         PackedWeights().unless(tiled_fits_better, "tiled's lanes are whole vectors there"),
         Tiled(),  # grouped and depthwise convolutions, ragged channel counts
+        RowReductions(),  # 1x1 maps (squeeze-and-excite): a dot product per output channel
         parallel,
     ]
     table[("cpu", "matmul")] = [
@@ -59,7 +63,11 @@ def default_table() -> dict[tuple[str, str], list[Rule]]:
                    kinds=("reduction",)),
     ]
     # concatenations and layout transforms are elementwise; each rule declines the other's
-    table[("cpu", "elementwise")] = [ConcatCopies(), LayoutCopies(), parallel]
+    # then every other kernel without a reduction, small ones too (parallel-loops declines those)
+    table[("cpu", "elementwise")] = [ConcatCopies(), LayoutCopies(), InjectiveLanes(), parallel]
+    table[("cpu", "other")] = [InjectiveLanes(), parallel]  # gathers (take)
+    # softmax, layer norm: one row per task, vector partial sums
+    table[("cpu", "normalization")] = [RowReductions(), parallel]
     return table
 
 

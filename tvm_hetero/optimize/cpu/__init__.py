@@ -8,16 +8,18 @@ those of the unscheduled loops up to the vector code LLVM emits.
 
 from .blocked_nchwc import BlockedNCHWc
 from .concat_copies import ConcatCopies
+from .injective_lanes import InjectiveLanes
 from .layout_copies import LayoutCopies
 from .packed_weights import PACKED_WEIGHTS_ATTR, PackedWeights
 from .parallel_loops import ParallelLoops
 from .pixel_lanes_1x1 import PixelLanes1x1
 from .pooling_rows import PoolingRows
 from .reduction_chains import ReductionChains
+from .row_reductions import RowReductions
 from .split_k_gemv import SplitKGemv
 from .tiled import Tiled
 from .winograd import Winograd, is_winograd
 
-__all__ = ["PACKED_WEIGHTS_ATTR", "BlockedNCHWc", "ConcatCopies", "LayoutCopies",
-           "PackedWeights", "ParallelLoops", "PixelLanes1x1", "PoolingRows", "ReductionChains",
-           "SplitKGemv", "Tiled", "Winograd", "is_winograd"]
+__all__ = ["PACKED_WEIGHTS_ATTR", "BlockedNCHWc", "ConcatCopies", "InjectiveLanes",
+           "LayoutCopies", "PackedWeights", "ParallelLoops", "PixelLanes1x1", "PoolingRows",
+           "ReductionChains", "RowReductions", "SplitKGemv", "Tiled", "Winograd", "is_winograd"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ...layers import kernel_kind
 from ..rule import Rule
-from .base import largest_divisor, loop_extent, prologue_per_task, walks_contiguously
+from .base import (epilogue_at, largest_divisor, loop_extent, prologue_per_task,
+                   walks_contiguously)
 
 # Register tile of the tiled rule: rows of the output held in vector registers at once
 # (channels of a convolution, rows of a matmul) times vector lanes along the contiguous axis.
@@ -103,7 +104,19 @@ class Tiled(Rule):
         # Epilogue: inline what can be inlined; what is left and reads the reduction's output
         # (the kernel's outputs) is computed per tile; unrelated blocks (a dropout mask) stay apart.
         output = block.writes[0].source
-        epilogue, apart = [], [info.block_rv for info in infos[:main_index]]
+        epilogue, apart = [], []
+        main_reads = [region.source for region in block.reads]
+        for block_rv in [info.block_rv for info in infos[:main_index]]:
+            # what only the epilogue reads (an attention mask) is inlined there: left apart,
+            # the epilogue could not be computed per tile
+            if not any(region.source.same_as(source) for region in sch.get(block_rv).writes
+                       for source in main_reads):
+                try:
+                    sch.compute_inline(block_rv)
+                    continue
+                except s_tir.ScheduleError:
+                    pass
+            apart.append(block_rv)
         for block_rv in [info.block_rv for info in infos[main_index + 1:]]:
             try:
                 sch.compute_inline(block_rv)
@@ -112,8 +125,12 @@ class Tiled(Rule):
         for block_rv in epilogue:
             reads = [region.source for region in sch.get(block_rv).reads]
             if any(buffer.same_as(output) for buffer in reads):
-                sch.reverse_compute_at(block_rv, lane_outer)
-                sch.vectorize(sch.get_loops(block_rv)[-1])
+                # only the epilogue's own lane loop: a tile of one lane has none, and
+                # vectorizing lane_outer (around the reduction) is miscompiled by TVM 0.27 (the
+                # accumulator compacted to one element for all lanes: docs/design.md)
+                tile_loops = epilogue_at(sch, block_rv, lane_outer)
+                if tile_loops:
+                    sch.vectorize(tile_loops[-1])
             else:
                 apart.append(block_rv)
         if not outer:  # a matrix-vector product: the lane tiles are the parallel work

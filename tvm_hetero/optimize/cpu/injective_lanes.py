@@ -1,0 +1,91 @@
+"""The ``injective-lanes`` CPU rule: any kernel without a reduction (elementwise chains,
+reshapes, transposes, slices, gathers): inlined into its output, the contiguous inner axis in
+vector lanes, the outer axes fused and parallel when the kernel is large enough."""
+
+from __future__ import annotations
+
+from ...layers import LAYER_KINDS
+from ..rule import Rule
+from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent,
+                   vector_lanes, walks_contiguously)
+
+# at most this many vectors in one TVM-vectorized inner loop (a 7x7 feature map: 49 lanes)
+MAX_VECTORS = 4
+
+
+def inner_lanes(extent: int, lanes: int) -> int | None:
+    """Lanes for an inner loop of `extent`: a multiple of the target's `lanes` dividing it
+    (up to ``MAX_VECTORS`` vectors; else half a vector), the whole loop when it is that short,
+    else None (no such split: the loop stays serial for LLVM's own vectorizer)."""
+    if extent <= MAX_VECTORS * lanes:
+        return extent
+    widths = [m * lanes for m in range(MAX_VECTORS, 0, -1)] + [lanes // 2]
+    return next((w for w in widths if w > 1 and extent % w == 0), None)
+
+
+def lanes_and_tasks(sch, block_rv, lanes: int) -> bool:
+    """Schedule one spatial block: trailing loops fused until they hold a vector, split into
+    whole vectors and vectorized where the innermost axis walks every buffer contiguously;
+    the loops outside fused and parallel when the block does ``MIN_PARALLEL_WORK``
+    iterations. False when a loop has an unknown extent."""
+    loops = sch.get_loops(block_rv)
+    if not loops:
+        return True  # one element: nothing to schedule
+    if any(loop_extent(sch, loop) is None for loop in loops):
+        return False
+    work = iterations(sch, loops)
+    block = sch.get(block_rv)
+    # a transpose's inner axis strides through its input: TVM's vector gathers ran 10x slower
+    # than LLVM's scalar loop there (ViT's key transpose), so only contiguous walks get lanes
+    contiguous = len(block.iter_vars) == len(loops) and walks_contiguously(
+        block, block.iter_vars[-1].var)
+    count = 1  # trailing loops fused until they hold a vector (a 7x7 map's rows: 49)
+    while count < len(loops) and iterations(sch, loops[-count:]) < lanes:
+        count += 1
+    inner = sch.fuse(*loops[-count:]) if count > 1 else loops[-1]
+    outer = list(loops[:-count])
+    width = inner_lanes(loop_extent(sch, inner), lanes) if contiguous else None
+    if width is not None and width < loop_extent(sch, inner):
+        inner_outer, inner = sch.split(inner, [None, width])
+        outer.append(inner_outer)
+    if width is not None and width > 1:
+        sch.vectorize(inner)
+    if outer:
+        fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+        if loop_extent(sch, fused) >= MIN_PARALLEL_EXTENT and work >= MIN_PARALLEL_WORK:
+            sch.parallel(fused)
+    return True
+
+
+class InjectiveLanes(Rule):
+    """The ``injective-lanes`` rule: a kernel without reductions inlined into its output(s);
+    the contiguous inner axis in whole vectors, outer axes fused and parallel when large."""
+
+    name = "injective-lanes"
+    description = ("kernels without reductions: inlined, the inner axis in whole vectors, "
+                   "outer axes fused and parallel when large")
+    kinds = LAYER_KINDS
+    families = ("cpu",)
+
+    def apply(self, func, target):
+        """Schedule a kernel whose blocks are all spatial (elementwise chains, reshapes,
+        transposes, slices, gathers such as ``take``): every block inlined that can be, then
+        each remaining block's trailing loops fused until they hold one vector of the target
+        (`vector_lanes`), split into whole vectors (up to ``MAX_VECTORS``) and vectorized by
+        TVM, so math intrinsics are vector calls; the outer loops fused and parallel when the
+        block does ``MIN_PARALLEL_WORK`` iterations (smaller kernels run on one core: the
+        thread pool costs more). Returns None for kernels with a reduction."""
+        from tvm import s_tir
+        from tvm.s_tir.dlight.analysis import normalize_prim_func
+        from tvm.s_tir.dlight.base.common_schedules import try_inline
+
+        lanes, _ = vector_lanes(target)
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if not infos or any(it.kind != "S" for info in infos for it in info.iters):
+            return None
+        infos = try_inline(sch, infos)
+        for info in infos:
+            if not lanes_and_tasks(sch, info.block_rv, lanes):
+                return None
+        return sch.mod["main"]
