@@ -9,6 +9,7 @@ those of the unscheduled loops up to the vector code LLVM emits.
 from .blocked_nchwc import BlockedNCHWc
 from .concat_copies import ConcatCopies
 from .layout_copies import LayoutCopies
+from .packed_matmul import PackedMatmul
 from .packed_weights import PACKED_WEIGHTS_ATTR, PackedWeights
 from .parallel_loops import ParallelLoops
 from .pixel_lanes_1x1 import PixelLanes1x1
@@ -19,5 +20,5 @@ from .tiled import Tiled
 from .winograd import Winograd, is_winograd
 
 __all__ = ["PACKED_WEIGHTS_ATTR", "BlockedNCHWc", "ConcatCopies", "LayoutCopies",
-           "PackedWeights", "ParallelLoops", "PixelLanes1x1", "PoolingRows", "ReductionChains",
-           "SplitKGemv", "Tiled", "Winograd", "is_winograd"]
+           "PackedMatmul", "PackedWeights", "ParallelLoops", "PixelLanes1x1", "PoolingRows",
+           "ReductionChains", "SplitKGemv", "Tiled", "Winograd", "is_winograd"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ...layers import kernel_kind
 from ..rule import Rule
-from .base import largest_divisor, loop_extent, prologue_per_task, walks_contiguously
+from .base import (largest_divisor, loop_extent, loops_under, prologue_per_task,
+                   walks_contiguously)
 
 # Register tile of the tiled rule: rows of the output held in vector registers at once
 # (channels of a convolution, rows of a matmul) times vector lanes along the contiguous axis.
@@ -113,7 +114,12 @@ class Tiled(Rule):
             reads = [region.source for region in sch.get(block_rv).reads]
             if any(buffer.same_as(output) for buffer in reads):
                 sch.reverse_compute_at(block_rv, lane_outer)
-                sch.vectorize(sch.get_loops(block_rv)[-1])
+                # a one-lane tile leaves the block no loop of its own: vectorizing the loop
+                # above (the tiles') would vectorize the reduction too (ViT's 197 x 197
+                # attention scores came out wrong)
+                tile_loops = loops_under(sch, block_rv, lane_outer)
+                if tile_loops:
+                    sch.vectorize(tile_loops[-1])
             else:
                 apart.append(block_rv)
         if not outer:  # a matrix-vector product: the lane tiles are the parallel work
