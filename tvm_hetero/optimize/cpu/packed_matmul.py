@@ -96,8 +96,10 @@ class PackedMatmul(Rule):
         epilogue (bias, residual, GELU) writes each tile out, its ``erf``/``tanh``/``pow`` as
         vector math (:func:`~.fast_math.fast_math`). Tiles run in parallel, panels outermost,
         so a core reuses its panel for every row tile and small-M products stream the weight
-        once. Returns None for other kernels: no [K, N] weight parameter, N not a multiple of
-        the lanes, batch dimensions, non-float32.
+        once. Columns that are not whole vectors are computed as whole vectors (the weight
+        parameter widened, its argument zero-padded) from `MIN_RAGGED_VECTORS` vectors on.
+        Returns None for other kernels: no [K, N] weight parameter, fewer ragged columns,
+        batch dimensions, non-float32.
         """
         from tvm import s_tir
 
