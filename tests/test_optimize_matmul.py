@@ -151,11 +151,11 @@ def test_an_mlps_dense_layers_take_packed_matmul_with_weights_repacked_at_build_
     assert all(isinstance(w, tvm.ir.GenericConst) and len(w.ty.shape) == 3 for w in weights)
 
 
-def test_an_attention_product_with_one_lane_tiles_stays_right():
+def test_an_attention_product_with_prime_extents_is_padded_to_whole_tiles():
     from tvm import te
 
-    # [1, 2, 17, 4] x [1, 2, 4, 17] / 8: 17 (a prime over its tile) rows and columns give
-    # tiled one-row, one-lane tiles
+    # [1, 2, 17, 4] x [1, 2, 4, 17] / 8: 17 (a prime over its tile) rows and columns would
+    # give tiled one-row, one-lane tiles (ViT's 197): padded to 32 x 32
     q = te.placeholder((1, 2, 17, 4), "float32", name="q")
     kt = te.placeholder((1, 2, 4, 17), "float32", name="kt")
     r = te.reduce_axis((0, 4), name="r")
@@ -167,6 +167,8 @@ def test_an_attention_product_with_one_lane_tiles_stays_right():
     target = _target("haswell")
     scheduled, rule = optimize.optimize_function(func, target)
     assert rule == "tiled"
+    script = scheduled.script()
+    assert "q_pad" in script and "kt_pad" in script and "T.vectorized(16)" in script, script
     rng = np.random.default_rng(0)
     a = rng.standard_normal((1, 2, 17, 4)).astype("float32")
     b = rng.standard_normal((1, 2, 4, 17)).astype("float32")
