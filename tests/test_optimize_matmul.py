@@ -84,7 +84,7 @@ def test_packed_matmul_pads_rows_and_computes_gelu_as_vector_math(mcpu, epilogue
     func = _matmul(m, k, n, epilogue)
     scheduled, rule = optimize.optimize_function(func, target)
     assert rule == "packed-matmul"
-    assert [int(v) for v in scheduled.attrs[PACKED_WEIGHTS_ATTR]] == [1, lanes, 1]
+    assert [int(v) for v in scheduled.attrs[PACKED_WEIGHTS_ATTR]] == [1, lanes, 1, n // lanes]
     assert [int(d) for d in scheduled.params[1].ty.shape] == [n // lanes, k, lanes]
     script = scheduled.script()
     assert "_pad" in script and "T.parallel" in script and "T.vectorized" in script
@@ -116,6 +116,8 @@ def test_pack_weight_along_axis_1_makes_panels_of_columns():
     packed = optimize.pack_weight(w, 4, axis=1)
     assert packed.shape == (2, 6, 4)
     np.testing.assert_array_equal(packed[1, 5], w[5, 4:8])
+    padded = optimize.pack_weight(w[:, :7], 4, axis=1, blocks=3)  # ragged: zeros
+    assert padded.shape == (3, 6, 4) and not padded[1, :, 3:].any() and not padded[2].any()
 
 
 @pytest.mark.parametrize("shape", [(8, 64, 10, 1), (16, 32, 64, 12)])
@@ -182,12 +184,13 @@ def test_ragged_columns_are_padded_to_whole_vectors_in_the_packed_weight():
     m, k, n = 5, 24, 8 * lanes + 3  # 8.4 vectors of columns
     scheduled, rule = optimize.optimize_function(_matmul(m, k, n, "none"), target)
     assert rule == "packed-matmul"
-    assert [int(d) for d in scheduled.params[1].ty.shape] == [9, k, lanes]
+    blocks = int(scheduled.attrs[PACKED_WEIGHTS_ATTR][3])  # 9 vectors, or up to whole tiles
+    assert blocks >= 9 and [int(d) for d in scheduled.params[1].ty.shape] == [blocks, k, lanes]
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, m, k)).astype("float32")
     w = rng.standard_normal((k, n)).astype("float32")
     b = rng.standard_normal(n).astype("float32")
-    packed = optimize.pack_weight(w, lanes, axis=1)
-    assert packed.shape == (9, k, lanes) and not packed[8, :, 3:].any()
+    packed = optimize.pack_weight(w, lanes, 1, blocks)
+    assert packed.shape == (blocks, k, lanes) and not packed[8, :, 3:].any()
     np.testing.assert_allclose(_run(scheduled, target, [x, packed, b]),
                                x.astype("float64") @ w + b, rtol=1e-5, atol=1e-5)

@@ -11,25 +11,27 @@ from ..layers import main_bindings
 from .cpu import PACKED_WEIGHTS_ATTR, ParallelLoops
 
 
-def pack_weight(array, lanes: int, axis: int = 0):
+def pack_weight(array, lanes: int, axis: int = 0, blocks: int = 0):
     """``[F, ...] -> [F / lanes, ..., lanes]``: the layout of ``PACKED_WEIGHTS_ATTR`` kernels,
-    with F the array's `axis` (moved first: ``[K, N]`` with axis 1 -> ``[N / lanes, K, lanes]``)."""
+    with F the array's `axis` (moved first: ``[K, N]`` with axis 1 -> ``[N / lanes, K, lanes]``);
+    packed-matmul's ragged columns are zero-padded to whole vectors, or to `blocks` vectors."""
     import numpy as np
 
     array = np.moveaxis(array, axis, 0)
-    if array.shape[0] % lanes:  # packed-matmul's ragged columns: zeros up to whole vectors
-        widths = [(0, -array.shape[0] % lanes)] + [(0, 0)] * (array.ndim - 1)
+    rows = max(blocks, -(-array.shape[0] // lanes)) * lanes
+    if rows > array.shape[0]:
+        widths = [(0, rows - array.shape[0])] + [(0, 0)] * (array.ndim - 1)
         array = np.pad(array, widths)
     packed = array.reshape(array.shape[0] // lanes, lanes, *array.shape[1:])
     return np.ascontiguousarray(np.moveaxis(packed, 1, -1))
 
 
-def _packed_shape(shape, lanes: int, axis: int) -> list[int]:
+def _packed_shape(shape, lanes: int, axis: int, blocks: int = 0) -> list[int]:
     rest = [d for i, d in enumerate(shape) if i != axis]
-    return [-(-shape[axis] // lanes), *rest, lanes]
+    return [max(blocks, -(-shape[axis] // lanes)), *rest, lanes]
 
 
-def _pack_weight_func(shape, dtype: str, lanes: int, axis: int, target):
+def _pack_weight_func(shape, dtype: str, lanes: int, axis: int, blocks: int, target):
     """A kernel computing :func:`pack_weight` (for a weight that is not a constant)."""
     from tvm import te, tirx
 
@@ -41,15 +43,16 @@ def _pack_weight_func(shape, dtype: str, lanes: int, axis: int, target):
                                  tirx.const(0, dtype))
 
     weight = te.placeholder(shape, dtype, name="weight")
-    packed = te.compute(_packed_shape(shape, lanes, axis), element, name="packed")
+    packed = te.compute(_packed_shape(shape, lanes, axis, blocks), element, name="packed")
     func = te.create_prim_func([weight, packed])
     return (ParallelLoops().apply(func, target) or func).with_attr("target", target)
 
 
-def _layout(attr) -> tuple[int, int]:
-    """``(lanes, packed axis)`` of a ``PACKED_WEIGHTS_ATTR`` (``[index, lanes]`` or
-    ``[index, lanes, axis]``)."""
-    return int(attr[1]), int(attr[2]) if len(attr) > 2 else 0
+def _layout(attr) -> tuple[int, int, int]:
+    """``(lanes, packed axis, vector blocks or 0)`` of a ``PACKED_WEIGHTS_ATTR``
+    (``[index, lanes]``, ``[index, lanes, axis]`` or ``[index, lanes, axis, blocks]``)."""
+    values = [int(v) for v in attr] + [0, 0]
+    return values[1], values[2], values[3]
 
 
 def repack_weight_arguments(mod):
@@ -102,23 +105,24 @@ def repack_weight_arguments(mod):
         def _packed(self, arg, layout, target):
             if any(arg.same_as(var) for var in prepacked):
                 return arg
-            lanes, axis = layout
+            lanes, axis, blocks = layout
             ty = arg.ty
             shape = [int(d) for d in ty.shape]
-            packed_shape = _packed_shape(shape, lanes, axis)
+            packed_shape = _packed_shape(shape, lanes, axis, blocks)
             new_ty = relax.TensorType(packed_shape, ty.dtype, ty.vdevice)
             if isinstance(arg, tvm.ir.GenericConst):
                 for original, known_layout, done in self.constants:
                     if original.same_as(arg) and known_layout == layout:
                         return done
-                data = tvm.runtime.tensor(pack_weight(arg.value.numpy(), lanes, axis))
+                data = tvm.runtime.tensor(pack_weight(arg.value.numpy(), lanes, axis, blocks))
                 done = tvm.ir.GenericConst(data, new_ty)
                 self.constants.append((arg, layout, done))
                 return done
             key = (tuple(shape), str(ty.dtype), layout, str(target))
             if key not in self.pack_funcs:
                 self.pack_funcs[key] = self.builder_.add_func(
-                    _pack_weight_func(shape, str(ty.dtype), lanes, axis, target), "pack_weight")
+                    _pack_weight_func(shape, str(ty.dtype), lanes, axis, blocks, target),
+                    "pack_weight")
             return self.builder_.emit(relax.call_tir(self.pack_funcs[key], [arg], new_ty))
 
     rewriter = Repack()
@@ -143,7 +147,7 @@ def _pack_lifted_weights(mod, packed):
         return mod, []
     lifted = list(main.params[int(main.attrs["num_input"]):])
     call_tir = tvm.ir.Op.get("relax.call_tir")
-    layouts: dict[int, set] = {}  # lifted index -> (lanes, axis) of each use (None: unpacked)
+    layouts: dict[int, set] = {}  # lifted index -> layout of each use (None: unpacked)
     for binding in main_bindings(mod):
         value = binding.value
         is_call_tir = isinstance(value, relax.Call) and value.op.same_as(call_tir)

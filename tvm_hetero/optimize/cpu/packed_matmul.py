@@ -24,20 +24,23 @@ MAX_TILE_ROWS = 8
 MIN_RAGGED_VECTORS = 8
 
 
-def matmul_tile(rows: int, vectors: int, accumulators: int) -> tuple[int, int]:
+def matmul_tile(rows: int, vectors: int, accumulators: int,
+                pad_vectors: bool = False) -> tuple[int, int]:
     """``(tile rows, tile vectors)``: the fewest loads per multiply-add (a tile of r rows x c
     vectors loads c weight vectors and broadcasts r inputs for r * c multiply-adds), counting
-    the rows padded to a multiple of r as work (then the least padding); c divides
-    `vectors`. Narrower panels that stay in the L2 cache for memory-bound products (16 rows
-    x 4096 -> 4096, 8 x 1 tiles) ran 1.5-2.3x slower than these."""
+    the rows padded to a multiple of r as work (then the least padding); c divides `vectors`,
+    or, with `pad_vectors` (ragged columns, padded anyway), the vectors are padded to a
+    multiple of c too (1 x 2048 -> 1000 on AVX2: 125 vectors, else 1-vector tiles, one
+    accumulator chain). Narrower panels that stay in the L2 cache for memory-bound products
+    (16 rows x 4096 -> 4096, 8 x 1 tiles) ran 1.5-2.3x slower than these."""
     options = [(r, c) for r in range(1, min(rows, MAX_TILE_ROWS) + 1)
                for c in range(1, min(vectors, MAX_TILE_VECTORS) + 1)
-               if vectors % c == 0 and r * c <= accumulators]
+               if (pad_vectors or vectors % c == 0) and r * c <= accumulators]
 
     def cost(rc):
         r, c = rc
-        padded = -(-rows // r) * r
-        return padded / rows * (r + c) / (r * c), padded, -r * c
+        padded = -(-rows // r) * r * -(-vectors // c) * c
+        return padded / (rows * vectors) * (r + c) / (r * c), padded, -r * c
 
     return min(options, key=cost)
 
@@ -134,15 +137,22 @@ class PackedMatmul(Rule):
             return None
         rows, columns, reduced = (loop_extent(sch, lp) for lp in loops[-3:])
         vectors = -(-columns // lanes)
-        if columns % lanes and columns < MIN_RAGGED_VECTORS * lanes:
-            return None  # a few ragged columns: padding them would waste too much
-        tile_rows, tile_vectors = matmul_tile(rows, vectors, MATMUL_ACCUMULATORS[registers])
-        if columns % lanes:  # the weight read as whole vectors: its argument is zero-padded
-            sch, weight_buffer = _widened_weight(func, weight_buffer, [reduced, vectors * lanes])
+        if columns % lanes and (columns < MIN_RAGGED_VECTORS * lanes or rows == 1):
+            # a few ragged columns: padding them would waste too much; a ragged
+            # matrix-vector product: split-k-gemv (1 x 2048 -> 1000 on AVX2: 0.11 ms split,
+            # 0.32 ms here)
+            return None
+        ragged = columns % lanes != 0
+        tile_rows, tile_vectors = matmul_tile(rows, vectors, MATMUL_ACCUMULATORS[registers],
+                                              pad_vectors=ragged)
+        if ragged:  # the weight read as whole tiles of vectors: its argument is zero-padded
+            width = -(-vectors // tile_vectors) * tile_vectors * lanes
+            sch, weight_buffer = _widened_weight(func, weight_buffer, [reduced, width])
             blocks, main_index = one_reduction(sch)
             main = blocks[main_index]
-        if rows % tile_rows or columns % lanes:
-            sch.pad_einsum(main, [1] * (len(kinds) - 3) + [tile_rows, lanes, 1])
+        if rows % tile_rows or ragged:
+            sch.pad_einsum(main, [1] * (len(kinds) - 3)
+                           + [tile_rows, tile_vectors * lanes if ragged else 1, 1])
             blocks = sch.get_child_blocks(sch.get_sblock("root"))
             main_index = [sch.get(b).same_as(sch.get(main)) for b in blocks].index(True)
             # the widened weight's copy is an identity: read in place
@@ -175,4 +185,6 @@ class PackedMatmul(Rule):
             prologue_loops = sch.get_loops(block_rv)
             if len(prologue_loops) > 1:
                 sch.parallel(sch.fuse(*prologue_loops[:-1]))
-        return sch.mod["main"].with_attr(PACKED_WEIGHTS_ATTR, [weight_index, lanes, 1])
+        packed_vectors = -(-vectors // tile_vectors) * tile_vectors if ragged else vectors
+        return sch.mod["main"].with_attr(PACKED_WEIGHTS_ATTR,
+                                         [weight_index, lanes, 1, packed_vectors])
