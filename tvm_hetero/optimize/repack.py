@@ -1,5 +1,6 @@
 """Weight repacking: kernels the ``packed-weights`` rule scheduled read their weight as
-``[F / lanes, ..., lanes]``; :func:`repack_weight_arguments` gives them their weight in that
+``[F / lanes, ..., lanes]`` (``packed-matmul``'s ``[K, N]`` weights: ``[N / lanes, K, lanes]``,
+the lanes taken from axis 1); :func:`repack_weight_arguments` gives them their weight in that
 layout (a constant repacked at build time, a lifted weight once when the model loads, any
 other argument through a packing kernel on the same device)."""
 
@@ -10,24 +11,48 @@ from ..layers import main_bindings
 from .cpu import PACKED_WEIGHTS_ATTR, ParallelLoops
 
 
-def pack_weight(array, lanes: int):
-    """``[F, ...] -> [F / lanes, ..., lanes]``: the layout of ``PACKED_WEIGHTS_ATTR`` kernels."""
+def pack_weight(array, lanes: int, axis: int = 0, blocks: int = 0):
+    """``[F, ...] -> [F / lanes, ..., lanes]``: the layout of ``PACKED_WEIGHTS_ATTR`` kernels,
+    with F the array's `axis` (moved first: ``[K, N]`` with axis 1 -> ``[N / lanes, K, lanes]``);
+    packed-matmul's ragged columns are zero-padded to whole vectors, or to `blocks` vectors."""
     import numpy as np
 
+    array = np.moveaxis(array, axis, 0)
+    rows = max(blocks, -(-array.shape[0] // lanes)) * lanes
+    if rows > array.shape[0]:
+        widths = [(0, rows - array.shape[0])] + [(0, 0)] * (array.ndim - 1)
+        array = np.pad(array, widths)
     packed = array.reshape(array.shape[0] // lanes, lanes, *array.shape[1:])
     return np.ascontiguousarray(np.moveaxis(packed, 1, -1))
 
 
-def _pack_weight_func(shape, dtype: str, lanes: int, target):
+def _packed_shape(shape, lanes: int, axis: int, blocks: int = 0) -> list[int]:
+    rest = [d for i, d in enumerate(shape) if i != axis]
+    return [max(blocks, -(-shape[axis] // lanes)), *rest, lanes]
+
+
+def _pack_weight_func(shape, dtype: str, lanes: int, axis: int, blocks: int, target):
     """A kernel computing :func:`pack_weight` (for a weight that is not a constant)."""
-    from tvm import te
+    from tvm import te, tirx
+
+    def element(block, *rest):
+        index = list(rest[:-1])
+        column = block * lanes + rest[-1]
+        index.insert(axis, tirx.min(column, shape[axis] - 1))
+        return tirx.if_then_else(column < shape[axis], weight[tuple(index)],
+                                 tirx.const(0, dtype))
 
     weight = te.placeholder(shape, dtype, name="weight")
-    packed = te.compute((shape[0] // lanes, *shape[1:], lanes),
-                        lambda block, *rest: weight[(block * lanes + rest[-1], *rest[:-1])],
-                        name="packed")
+    packed = te.compute(_packed_shape(shape, lanes, axis, blocks), element, name="packed")
     func = te.create_prim_func([weight, packed])
     return (ParallelLoops().apply(func, target) or func).with_attr("target", target)
+
+
+def _layout(attr) -> tuple[int, int, int]:
+    """``(lanes, packed axis, vector blocks or 0)`` of a ``PACKED_WEIGHTS_ATTR``
+    (``[index, lanes]``, ``[index, lanes, axis]`` or ``[index, lanes, axis, blocks]``)."""
+    values = [int(v) for v in attr] + [0, 0]
+    return values[1], values[2], values[3]
 
 
 def repack_weight_arguments(mod):
@@ -37,8 +62,8 @@ def repack_weight_arguments(mod):
     import tvm
     from tvm import relax, tirx
 
-    packed = {gv: (int(func.attrs[PACKED_WEIGHTS_ATTR][0]), int(func.attrs[PACKED_WEIGHTS_ATTR][1]),
-                   func.attrs["target"])
+    packed = {gv: (int(func.attrs[PACKED_WEIGHTS_ATTR][0]),
+                   _layout(func.attrs[PACKED_WEIGHTS_ATTR]), func.attrs["target"])
               for gv, func in mod.functions_items()
               if isinstance(func, tirx.PrimFunc) and func.attrs is not None
               and PACKED_WEIGHTS_ATTR in func.attrs}
@@ -71,31 +96,33 @@ def repack_weight_arguments(mod):
             callee = next((gv for gv, new in renamed.items() if new.same_as(call.args[0])), None)
             if callee is None:
                 return call
-            index, lanes, target = packed[callee]
+            index, layout, target = packed[callee]
             fields = list(call.args[1].fields)
-            fields[index] = self._packed(fields[index], lanes, target)
+            fields[index] = self._packed(fields[index], layout, target)
             return relax.Call(call.op, [call.args[0], relax.Tuple(fields), *call.args[2:]],
                               call.attrs, call.ty_args)
 
-        def _packed(self, arg, lanes, target):
+        def _packed(self, arg, layout, target):
             if any(arg.same_as(var) for var in prepacked):
                 return arg
+            lanes, axis, blocks = layout
             ty = arg.ty
             shape = [int(d) for d in ty.shape]
-            packed_shape = [shape[0] // lanes, *shape[1:], lanes]
+            packed_shape = _packed_shape(shape, lanes, axis, blocks)
             new_ty = relax.TensorType(packed_shape, ty.dtype, ty.vdevice)
             if isinstance(arg, tvm.ir.GenericConst):
-                for original, known_lanes, done in self.constants:
-                    if original.same_as(arg) and known_lanes == lanes:
+                for original, known_layout, done in self.constants:
+                    if original.same_as(arg) and known_layout == layout:
                         return done
-                data = tvm.runtime.tensor(pack_weight(arg.value.numpy(), lanes))
+                data = tvm.runtime.tensor(pack_weight(arg.value.numpy(), lanes, axis, blocks))
                 done = tvm.ir.GenericConst(data, new_ty)
-                self.constants.append((arg, lanes, done))
+                self.constants.append((arg, layout, done))
                 return done
-            key = (tuple(shape), str(ty.dtype), lanes, str(target))
+            key = (tuple(shape), str(ty.dtype), layout, str(target))
             if key not in self.pack_funcs:
                 self.pack_funcs[key] = self.builder_.add_func(
-                    _pack_weight_func(shape, str(ty.dtype), lanes, target), "pack_weight")
+                    _pack_weight_func(shape, str(ty.dtype), lanes, axis, blocks, target),
+                    "pack_weight")
             return self.builder_.emit(relax.call_tir(self.pack_funcs[key], [arg], new_ty))
 
     rewriter = Repack()
@@ -120,7 +147,7 @@ def _pack_lifted_weights(mod, packed):
         return mod, []
     lifted = list(main.params[int(main.attrs["num_input"]):])
     call_tir = tvm.ir.Op.get("relax.call_tir")
-    layouts: dict[int, set] = {}  # lifted index -> lanes of each use (None: not a packed use)
+    layouts: dict[int, set] = {}  # lifted index -> layout of each use (None: unpacked)
     for binding in main_bindings(mod):
         value = binding.value
         is_call_tir = isinstance(value, relax.Call) and value.op.same_as(call_tir)
@@ -132,9 +159,9 @@ def _pack_lifted_weights(mod, packed):
                 if arg.same_as(param):
                     layouts.setdefault(index, set()).add(
                         spec[1] if spec is not None and position == spec[0] else None)
-    lanes_of = {index: next(iter(uses)) for index, uses in layouts.items()
+    layout_of = {index: next(iter(uses)) for index, uses in layouts.items()
                 if len(uses) == 1 and None not in uses}
-    if not lanes_of:
+    if not layout_of:
         return mod, []
 
     weights = mod[WEIGHTS_FUNC]
@@ -146,18 +173,18 @@ def _pack_lifted_weights(mod, packed):
         for index, field in enumerate(weights.body.body.fields):
             copy = copies[field]  # to_vdevice(constant, its device)
             constant = copy.args[0]
-            if index in lanes_of:
-                data = pack_weight(constant.value.numpy(), lanes_of[index])
+            if index in layout_of:
+                data = pack_weight(constant.value.numpy(), *layout_of[index])
                 constant = tvm.ir.GenericConst(tvm.runtime.tensor(data), relax.TensorType(
                     list(data.shape), str(data.dtype)))
             outputs.append(builder.emit(relax.op.to_vdevice(constant, copy.attrs.dst_vdevice)))
         builder.emit_func_output(relax.Tuple(outputs))
     params, renamed = list(main.params), {}
-    for index, lanes in lanes_of.items():
+    for index, layout in layout_of.items():
         old = lifted[index]
         shape = [int(d) for d in old.ty.shape]
         new = relax.Var(old.name, relax.TensorType(
-            [shape[0] // lanes, *shape[1:], lanes], old.ty.dtype, old.ty.vdevice))
+            _packed_shape(shape, *layout), old.ty.dtype, old.ty.vdevice))
         params[params.index(old)] = renamed[old] = new
     functions = dict(mod.functions_items())
     for gv in functions:

@@ -8,8 +8,9 @@ where it should be tried. ``register_rule`` adds one at run time (a user's own r
 from __future__ import annotations
 
 from ..layers import LAYER_KINDS
-from .cpu import (BlockedNCHWc, ConcatCopies, LayoutCopies, PackedWeights, ParallelLoops,
-                  PixelLanes1x1, PoolingRows, ReductionChains, SplitKGemv, Tiled, Winograd)
+from .cpu import (BlockedNCHWc, ConcatCopies, LayoutCopies, PackedMatmul, PackedWeights,
+                  ParallelLoops, PixelLanes1x1, PoolingRows, ReductionChains, SplitKGemv, Tiled,
+                  Winograd)
 from .cpu.injective_lanes import InjectiveLanes
 from .cpu.packed_weights import tiled_fits_better
 from .cpu.row_reductions import RowReductions
@@ -21,9 +22,9 @@ from .rule import FAMILIES, Rule
 # 7 sends residual convolutions with whole tiled vectors to tiled, 8 sends every 1x1
 # stride-1 convolution to pixel-lanes-1x1, 9 has concat-copies, reduction-chains and
 # split-k-gemv, 10 blocked-nchwc and blocked pools, 11 pads small convolutions' input per
-# parallel task and compares tuned kernels in alternating rounds, 13 injective-lanes and
-# row-reductions): tuned-vs-rules comparisons stored in a tuning database under another
-# version are measured again.
+# parallel task and compares tuned kernels in alternating rounds, 13 injective-lanes,
+# row-reductions and packed-matmul): tuned-vs-rules comparisons stored in a tuning database
+# under another version are measured again.
 RULES_VERSION = 13
 
 
@@ -47,6 +48,7 @@ def default_table() -> dict[tuple[str, str], list[Rule]]:
         parallel,
     ]
     table[("cpu", "matmul")] = [
+        PackedMatmul(),  # a [K, N] weight parameter, N whole vectors, no batch: panels
         SplitKGemv(),  # large [reduction, output] matrix-vector products only
         Tiled(),
         DlightRule("cpu", "GEMV", "TVM dlight CPU rule for matrix-vector products",

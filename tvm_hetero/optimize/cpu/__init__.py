@@ -10,6 +10,7 @@ from .blocked_nchwc import BlockedNCHWc
 from .concat_copies import ConcatCopies
 from .injective_lanes import InjectiveLanes
 from .layout_copies import LayoutCopies
+from .packed_matmul import PackedMatmul
 from .packed_weights import PACKED_WEIGHTS_ATTR, PackedWeights
 from .parallel_loops import ParallelLoops
 from .pixel_lanes_1x1 import PixelLanes1x1
@@ -21,5 +22,6 @@ from .tiled import Tiled
 from .winograd import Winograd, is_winograd
 
 __all__ = ["PACKED_WEIGHTS_ATTR", "BlockedNCHWc", "ConcatCopies", "InjectiveLanes",
-           "LayoutCopies", "PackedWeights", "ParallelLoops", "PixelLanes1x1", "PoolingRows",
-           "ReductionChains", "RowReductions", "SplitKGemv", "Tiled", "Winograd", "is_winograd"]
+           "LayoutCopies", "PackedMatmul", "PackedWeights", "ParallelLoops", "PixelLanes1x1",
+           "PoolingRows", "ReductionChains", "RowReductions", "SplitKGemv", "Tiled", "Winograd",
+           "is_winograd"]

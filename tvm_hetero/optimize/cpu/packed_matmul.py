@@ -1,0 +1,190 @@
+"""The ``packed-matmul`` CPU rule: a matmul with a [K, N] weight parameter reads it as panels
+[N/lanes, K, lanes] repacked at build time; register tiles of rows x lane vectors sized from the
+target's vector registers; rows padded to the tile; epilogue per tile with fast GELU math."""
+
+from __future__ import annotations
+
+from ...layers import kernel_kind
+from ..rule import Rule
+from .base import (accumulate_in_registers, epilogue_at, inline_identity_copies, loop_extent,
+                   one_reduction, vector_lanes)
+from .fast_math import fast_math
+from .packed_weights import PACKED_WEIGHTS_ATTR
+
+# Accumulator vectors of a register tile per vector register file (32 AVX-512 registers, 16
+# AVX2 ones): the rest holds the tile's weight vectors and one broadcast input.
+MATMUL_ACCUMULATORS = {32: 24, 16: 12}
+# At most this many weight vectors per tile row: a tile reads c contiguous vectors of its
+# panel per step of the reduction.
+MAX_TILE_VECTORS = 4
+MAX_TILE_ROWS = 8
+# Columns that are not whole vectors are padded to whole vectors (the weight argument with
+# zeros) when there are at least this many vectors (a classifier's 1000 outputs: 63 vectors
+# of 16 for 62.5); narrower ragged products (10 outputs) go on down the table.
+MIN_RAGGED_VECTORS = 8
+
+
+def matmul_tile(rows: int, vectors: int, accumulators: int,
+                pad_vectors: bool = False) -> tuple[int, int]:
+    """``(tile rows, tile vectors)``: the fewest loads per multiply-add (a tile of r rows x c
+    vectors loads c weight vectors and broadcasts r inputs for r * c multiply-adds), counting
+    the rows padded to a multiple of r as work (then the least padding); c divides `vectors`,
+    or, with `pad_vectors` (ragged columns, padded anyway), the vectors are padded to a
+    multiple of c too (1 x 2048 -> 1000 on AVX2: 125 vectors, else 1-vector tiles, one
+    accumulator chain). Narrower panels that stay in the L2 cache for memory-bound products
+    (16 rows x 4096 -> 4096, 8 x 1 tiles) ran 1.5-2.3x slower than these."""
+    options = [(r, c) for r in range(1, min(rows, MAX_TILE_ROWS) + 1)
+               for c in range(1, min(vectors, MAX_TILE_VECTORS) + 1)
+               if (pad_vectors or vectors % c == 0) and r * c <= accumulators]
+
+    def cost(rc):
+        r, c = rc
+        padded = -(-rows // r) * r * -(-vectors // c) * c
+        return padded / (rows * vectors) * (r + c) / (r * c), padded, -r * c
+
+    return min(options, key=cost)
+
+
+def _weight_operand(func, block, reduction_var, lane_var):
+    """Index of the parameter read as ``W[k, n]`` (k the reduction, n the output lanes), else
+    None."""
+    for region in block.reads:
+        ranges = list(region.region)
+        if len(ranges) == 2 and ranges[0].min.same_as(reduction_var) \
+                and ranges[1].min.same_as(lane_var):
+            index = [i for i, p in enumerate(func.params) if p.same_as(region.source)]
+            if index:
+                return index[0], region.source
+    return None
+
+
+def _widened_weight(func, weight, shape):
+    """A schedule of `func` with its weight parameter `weight` declared `shape` (wider: whole
+    vectors) and the new buffer; the function's reads stay within the old extent."""
+    import tvm_ffi
+    from tvm import ir, s_tir, tirx
+
+    index_dtype = str(weight.ty.shape[0].ty)  # int64 in imported models
+    wide = tirx.decl_buffer([tirx.IntImm(index_dtype, d) for d in shape], "float32",
+                            name=weight.name, layout=None)
+    func = tvm_ffi.structural_map(
+        func, lambda e: wide if isinstance(e, ir.expr.Var) and e.same_as(weight) else e)
+    return s_tir.Schedule(func), wide
+
+
+class PackedMatmul(Rule):
+    """The ``packed-matmul`` rule: weight panels [N/lanes, K, lanes] repacked at build time;
+    register tiles of rows x lane vectors from the target's registers; rows padded to the
+    tile; epilogue per tile with fast GELU math."""
+
+    name = "packed-matmul"
+    description = ("a [K, N] weight parameter read as panels [N/lanes, K, lanes] repacked at "
+                   "build time; register tiles of rows x lane vectors sized from the target's "
+                   "vector registers; rows padded to the tile; epilogue per tile with fast "
+                   "erf/tanh")
+    kinds = ("matmul",)
+    families = ("cpu",)
+
+    def apply(self, func, target):
+        """Schedule ``out[..., m, n] = sum_k A[..., m, k] * W[k, n]`` (+ epilogue) whose
+        weight `W` is a parameter of the kernel and whose batch dimensions are all 1.
+
+        The weight is read as ``[N / lanes, K, lanes]`` (``PACKED_WEIGHTS_ATTR`` with axis 1:
+        the OptimizeLayers pass repacks the argument, at build time for a constant), so each
+        tile streams one contiguous panel. A register tile of ``r`` rows x ``c`` lane vectors
+        (`matmul_tile`, from the target's vector registers) accumulates over the whole
+        reduction in a tile-local buffer: per step ``c`` contiguous weight vectors, ``r``
+        broadcast inputs and ``r * c`` fused multiply-adds. Rows are padded to a multiple of
+        ``r`` (``pad_einsum``: a 197-row ViT matmul gets 6-row tiles, not 1-row ones). The
+        epilogue (bias, residual, GELU) writes each tile out, its ``erf``/``tanh``/``pow`` as
+        vector math (:func:`~.fast_math.fast_math`). Tiles run in parallel, panels outermost,
+        so a core reuses its panel for every row tile and small-M products stream the weight
+        once. Columns that are not whole vectors are computed as whole vectors (the weight
+        parameter widened, its argument zero-padded) from `MIN_RAGGED_VECTORS` vectors on.
+        Returns None for other kernels: no [K, N] weight parameter, fewer ragged columns,
+        batch dimensions, non-float32.
+        """
+        from tvm import s_tir
+
+        if kernel_kind(func) != "matmul":
+            return None
+        lanes, registers = vector_lanes(target)
+        func = fast_math(func)
+        sch = s_tir.Schedule(func)
+        found = one_reduction(sch)
+        if found is None:
+            return None
+        blocks, main_index = found
+        main = blocks[main_index]
+        block = sch.get(main)
+        kinds = ["R" if iv.iter_type == 2 else "S" for iv in block.iter_vars]
+        loops = sch.get_loops(main)
+        if len(kinds) < 3 or kinds != ["S"] * (len(kinds) - 1) + ["R"] \
+                or len(loops) != len(kinds) or any(loop_extent(sch, lp) is None for lp in loops):
+            return None
+        if len(block.writes) != 1 or len(block.reads) != 2 \
+                or str(block.writes[0].source.dtype) != "float32":
+            return None
+        if any(loop_extent(sch, lp) != 1 for lp in loops[:-3]):
+            return None  # a batch of products
+        *_, m_var, n_var, k_var = [iv.var for iv in block.iter_vars]
+        weight = _weight_operand(func, block, k_var, n_var)
+        if weight is None:
+            return None
+        weight_index, weight_buffer = weight
+        data = [r for r in block.reads if not r.source.same_as(weight_buffer)][0]
+        if any(r.min.same_as(n_var) for r in data.region):
+            return None
+        rows, columns, reduced = (loop_extent(sch, lp) for lp in loops[-3:])
+        vectors = -(-columns // lanes)
+        if columns % lanes and (columns < MIN_RAGGED_VECTORS * lanes or rows == 1):
+            # a few ragged columns: padding them would waste too much; a ragged
+            # matrix-vector product: split-k-gemv (1 x 2048 -> 1000 on AVX2: 0.11 ms split,
+            # 0.32 ms here)
+            return None
+        ragged = columns % lanes != 0
+        tile_rows, tile_vectors = matmul_tile(rows, vectors, MATMUL_ACCUMULATORS[registers],
+                                              pad_vectors=ragged)
+        if ragged:  # the weight read as whole tiles of vectors: its argument is zero-padded
+            width = -(-vectors // tile_vectors) * tile_vectors * lanes
+            sch, weight_buffer = _widened_weight(func, weight_buffer, [reduced, width])
+            blocks, main_index = one_reduction(sch)
+            main = blocks[main_index]
+        if rows % tile_rows or ragged:
+            sch.pad_einsum(main, [1] * (len(kinds) - 3)
+                           + [tile_rows, tile_vectors * lanes if ragged else 1, 1])
+            blocks = sch.get_child_blocks(sch.get_sblock("root"))
+            main_index = [sch.get(b).same_as(sch.get(main)) for b in blocks].index(True)
+            # the widened weight's copy is an identity: read in place
+            blocks = inline_identity_copies(sch, blocks[:main_index]) + blocks[main_index:]
+            main_index = [sch.get(b).same_as(sch.get(main)) for b in blocks].index(True)
+        sch.transform_layout(main, ("read", [r.source.same_as(weight_buffer)
+                                             for r in sch.get(main).reads].index(True)),
+                             lambda k, n: (n // lanes, k, n % lanes))
+        prologue, epilogue = blocks[:main_index], blocks[main_index + 1:]
+        accumulate = sch.cache_write(main, 0, "local")
+        tail = [accumulate] + list(epilogue)
+        for block_rv in tail[:-1]:
+            try:
+                sch.compute_inline(block_rv)
+            except s_tir.ScheduleError:
+                sch.reverse_compute_inline(block_rv)
+        last = tail[-1]
+        *batch, m, n, k = sch.get_loops(main)
+        m_outer, m_inner = sch.split(m, [None, tile_rows])
+        n_outer, n_vectors, n_lanes = sch.split(n, [None, tile_vectors, lanes])
+        sch.reorder(*batch, n_outer, m_outer, k, m_inner, n_vectors, n_lanes)
+        tile_loops = epilogue_at(sch, last, m_outer)  # the tile's rows, then its columns
+        tasks = sch.fuse(*batch, n_outer, m_outer)
+        epilogue_vectors, epilogue_lane = sch.split(tile_loops[-1], [None, lanes])
+        for loop in tile_loops[:-1] + [epilogue_vectors]:
+            sch.unroll(loop)
+        sch.vectorize(epilogue_lane)
+        accumulate_in_registers(sch, main, [m_inner, n_vectors], n_lanes, tasks, k)
+        for block_rv in prologue:  # the rows' padding (a copy) and other inputs: parallel rows
+            prologue_loops = sch.get_loops(block_rv)
+            if len(prologue_loops) > 1:
+                sch.parallel(sch.fuse(*prologue_loops[:-1]))
+        packed_vectors = -(-vectors // tile_vectors) * tile_vectors if ragged else vectors
+        return sch.mod["main"].with_attr(PACKED_WEIGHTS_ATTR,
+                                         [weight_index, lanes, 1, packed_vectors])
