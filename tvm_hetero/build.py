@@ -424,7 +424,7 @@ class CompiledModel:
     def prepare_inputs(self, inputs) -> list:
         """Check numpy inputs against the input signature and put each on its device."""
         tvm, _ = _import_tvm()
-        arrays = _match_inputs(inputs, self.inputs)
+        arrays = match_inputs(inputs, self.inputs)
         runtime = self.devices.runtime_devices()
         placed = self.meta.get("input_devices", [0] * len(arrays))
         return [tvm.runtime.tensor(arr, runtime[dev]) for arr, dev in zip(arrays, placed)]
@@ -522,7 +522,26 @@ def _check_same_kinds(built: DeviceSet, given: DeviceSet, path: str) -> None:
                               f"({got.kind}) was given; built for {', '.join(built.names)}")
 
 
-def _match_inputs(inputs, specs: list[InputSpec]) -> list[np.ndarray]:
+def match_inputs(inputs, specs: list[InputSpec]) -> list[np.ndarray]:
+    """Inputs in the model's order, checked against its input signature.
+
+    Parameters
+    ----------
+    inputs : dict of str to array, or sequence of arrays
+        By name (the Relax or the source model's name) or in order.
+    specs : list of InputSpec
+        The model's inputs.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        C-contiguous arrays, one per spec.
+
+    Raises
+    ------
+    InputError
+        A name missing or unknown, a count, shape or dtype that does not match.
+    """
     if isinstance(inputs, dict):
         by_name = dict(inputs)
         for spec in specs:  # accept the source (ONNX) names too

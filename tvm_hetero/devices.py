@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable
 
-from .errors import DeviceError
+from .errors import DeviceError, error_message
 
 logger = logging.getLogger(__name__)
 
@@ -223,8 +223,8 @@ def _validate_target(target: dict[str, Any], text: str) -> None:
     try:
         parsed = tvm.target.Target(target)
     except Exception as err:  # TVM raises several types; report them as one
-        msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise DeviceError(f"invalid TVM target in device {text!r}: {msg}") from None
+        raise DeviceError(f"invalid TVM target in device {text!r}: "
+                          f"{error_message(err)}") from None
     mcpu = target.get("mcpu")
     if parsed.kind.name == "llvm" and mcpu:
         from tvm.target import codegen

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from ..errors import HeteroError
+from ..errors import HeteroError, error_message
 from . import (compile_cmd, devices_cmd, inspect_cmd, optimizations_cmd, report_cmd, run_cmd,
                tune_cmd)
 
@@ -56,9 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # a bug: one line by default, the traceback with -vv
         if args.verbose >= 2:
             raise
-        msg = str(err).strip().splitlines()[-1] if str(err).strip() else ""
-        print(f"Error: internal error {type(err).__name__}: {msg} (rerun with -vv for the "
-              "traceback, and please report it)", file=sys.stderr)
+        print(f"Error: internal error {error_message(err, with_type=True)} (rerun with -vv "
+              "for the traceback, and please report it)", file=sys.stderr)
         return 1
 
 

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from ..errors import error_message
 from ..placement import Placement
 from . import worker
-from .result import BuildResult, ErrorKind
+from .result import MAX_MESSAGE_CHARS, BuildResult, ErrorKind
 from .task import MeasureTask
 
 logger = logging.getLogger(__name__)
@@ -30,11 +30,6 @@ class Builder(ABC):
     @abstractmethod
     def build(self, task: MeasureTask, placements: list[Placement]) -> list[BuildResult]:
         """One BuildResult per placement, in order."""
-
-
-def _error_text(err: BaseException) -> str:
-    """A candidate's failure as one line: the exception type and its message."""
-    return f"{type(err).__name__}: {error_message(err)}"[:2000]
 
 
 class LocalBuilder(Builder):
@@ -83,6 +78,8 @@ class LocalBuilder(Builder):
                                            f"killed after {self.timeout_s:g} s",
                                            time.perf_counter() - start, placement))
             except (concurrent.futures.CancelledError, Exception) as err:  # noqa: B014
-                results.append(BuildResult(None, ErrorKind.BUILD_ERROR, _error_text(err),
+                results.append(BuildResult(None, ErrorKind.BUILD_ERROR,
+                                           error_message(err, with_type=True,
+                                                         max_chars=MAX_MESSAGE_CHARS),
                                            time.perf_counter() - start, placement))
         return results

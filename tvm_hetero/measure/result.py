@@ -9,6 +9,9 @@ from typing import Any
 
 import numpy as np
 
+# A failed candidate's message is cut to this many characters in its record
+MAX_MESSAGE_CHARS = 2000
+
 
 class ErrorKind(str, Enum):
     """Why a candidate has no valid latency."""

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from .builder import _error_text
-from .result import BuildResult, ErrorKind, MeasureResult
+from ..errors import error_message
+from .result import MAX_MESSAGE_CHARS, BuildResult, ErrorKind, MeasureResult
 from .runner import Runner
 from .task import MeasureTask
 
@@ -120,7 +120,7 @@ class RPCRunner(Runner):
         try:
             summary = tracker_summary(self.tracker_host, self.tracker_port, PROBE_TIMEOUT_S)
         except OSError as err:
-            reason = err.strerror or str(err) or type(err).__name__
+            reason = err.strerror or error_message(err)
             kind = ErrorKind.RUN_TIMEOUT if isinstance(err, TimeoutError) else ErrorKind.RUN_ERROR
             return MeasureResult(kind, message=f"cannot reach the RPC tracker at "
                                                f"{self.tracker}: {reason}")
@@ -155,7 +155,8 @@ class RPCRunner(Runner):
         except ChildProcessError as err:
             out = {"error": ErrorKind.RUN_ERROR.value, "message": f"RPC client crashed: {err}"}
         except Exception as err:  # anything else is still this candidate's result
-            out = {"error": ErrorKind.RUN_ERROR.value, "message": _error_text(err)}
+            out = {"error": ErrorKind.RUN_ERROR.value, "message": error_message(
+                err, with_type=True, max_chars=MAX_MESSAGE_CHARS)}
         run_s = time.perf_counter() - start
         error = ErrorKind(out["error"])
         result = MeasureResult(error, list(out.get("latencies_ms", [])) if error == ErrorKind.NONE
@@ -196,16 +197,6 @@ def tracker_summary(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) ->
     if not isinstance(value, list) or value[0] != base.TrackerCode.SUCCESS:
         raise RuntimeError(f"unexpected summary answer {value!r}")
     return value[1]
-
-
-def _one_line(err: BaseException) -> str:
-    """A one-line message for an exception, the remote error's first line when there is one."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith(("File ", "Traceback", "^"))]
-    for index, line in enumerate(lines):
-        if "Error caught from RPC call" in line and index + 1 < len(lines):
-            return f"remote: {lines[index + 1]}"[:500]
-    return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:500]
 
 
 def _remote_items(sess, value) -> list:
@@ -260,7 +251,7 @@ def measure_remote(lib_path: str, host: str, port: int, key: str, priority: int,
     except _Timeout as err:
         return {"error": ErrorKind.RUN_TIMEOUT.value, "message": str(err)}
     except Exception as err:  # every remote or local failure is this candidate's result
-        message = _one_line(err)
+        message = error_message(err, with_type=True, max_chars=MAX_MESSAGE_CHARS)
         kind = ErrorKind.RUN_ERROR
         if "RPCSessionTimeoutError" in str(err):
             kind, message = ErrorKind.RUN_TIMEOUT, \
@@ -276,7 +267,7 @@ def _measure_remote(lib_path, host, port, key, priority, session_timeout_s, inpu
     from tvm import relax
 
     from ..annotate import WEIGHTS_FUNC
-    from ..build import META_FORMAT, META_FUNC, _match_inputs
+    from ..build import META_FORMAT, META_FUNC, match_inputs
     from ..frontend import InputSpec
     from .task import outputs_match
 
@@ -295,7 +286,8 @@ def _measure_remote(lib_path, host, port, key, priority, session_timeout_s, inpu
         probe = relax.VirtualMachine(lib, [sess.cpu(0)])
         meta = json.loads(str(probe[META_FUNC]()))
     except Exception as err:
-        raise RuntimeError(f"not an executable built by tvm_hetero ({_one_line(err)})") from None
+        raise RuntimeError(f"not an executable built by tvm_hetero "
+                           f"({error_message(err, with_type=True)})") from None
     if meta.get("format") != META_FORMAT:
         raise RuntimeError(f"unsupported executable format {meta.get('format')!r}")
     devices = [sess.device(dev["device_type"], int(dev["device_id"])) for dev in meta["devices"]]
@@ -308,7 +300,7 @@ def _measure_remote(lib_path, host, port, key, priority, session_timeout_s, inpu
     # weights of devices other than the first, copied there once
     weights = _remote_items(sess, vm[WEIGHTS_FUNC]()) if meta.get("num_weights") else []
     specs = [InputSpec.from_json(spec) for spec in meta["inputs"]]
-    arrays = _match_inputs(inputs, specs)
+    arrays = match_inputs(inputs, specs)
     placed = meta.get("input_devices", [0] * len(arrays))
     args = [tvm.runtime.tensor(arr, devices[dev]) for arr, dev in zip(arrays, placed)]
 

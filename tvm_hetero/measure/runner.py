@@ -8,8 +8,8 @@ import time
 from abc import ABC, abstractmethod
 
 from . import worker
-from .builder import _error_text
-from .result import BuildResult, ErrorKind, MeasureResult
+from ..errors import error_message
+from .result import MAX_MESSAGE_CHARS, BuildResult, ErrorKind, MeasureResult
 from .task import MeasureTask
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,8 @@ class LocalRunner(Runner):
                     outs = MeasureResult(ErrorKind.RUN_TIMEOUT, message=f"re-timing killed "
                                          f"after {self.timeout_s * len(ready):g} s")
                 except Exception as err:  # a crash of the re-timing worker is its result
-                    outs = MeasureResult(ErrorKind.RUN_ERROR, message=_error_text(err))
+                    outs = MeasureResult(ErrorKind.RUN_ERROR, message=error_message(
+                        err, with_type=True, max_chars=MAX_MESSAGE_CHARS))
             finally:
                 pool.shutdown()
             for position, (index, build) in enumerate(ready):
@@ -157,7 +158,8 @@ class LocalRunner(Runner):
             return MeasureResult(ErrorKind.RUN_ERROR, message=f"worker crashed: {err}",
                                  build_s=build.build_s, run_s=time.perf_counter() - start)
         except Exception as err:  # any error inside the run is the candidate's result
-            return MeasureResult(ErrorKind.RUN_ERROR, message=_error_text(err),
+            return MeasureResult(ErrorKind.RUN_ERROR, message=error_message(
+                err, with_type=True, max_chars=MAX_MESSAGE_CHARS),
                                  build_s=build.build_s, run_s=time.perf_counter() - start)
         run_s = time.perf_counter() - start
         if not out["ok"]:

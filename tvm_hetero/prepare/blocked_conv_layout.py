@@ -9,6 +9,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..errors import error_message
 from ..layers import main_bindings
 from ..ops import conv2d_nchwc
 from .config import PrepareConfig
@@ -101,7 +102,7 @@ class BlockedConvLayout:
             converted = relax.transform.ConvertLayout({}, self._layout_of)(mod)
         except tvm.error.InternalError as err:  # TVM's layout inference fails on some graphs
             logger.info("convolutions stay NCHW: layout conversion failed (%s)",
-                        str(err).strip().splitlines()[-1])
+                        error_message(err))
             return mod
         # one transform per tensor: ConvertLayout gives each blocked consumer its own
         converted = relax.transform.EliminateCommonSubexpr()(converted)
