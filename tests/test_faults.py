@@ -1,8 +1,9 @@
 """Reliability of the search under real failures: each candidate fault (a build that raises,
 segfaults or hangs; a run worker that segfaults, aborts, hangs or raises; wrong outputs) is
-injected by tvm_hetero.faults into the real builder's and runner's worker processes during one
-tune. Each must be recorded with its error kind, the tune must go on, and the winner must be a
-verified-correct placement. A placement over a memory cap must be recorded without a build."""
+injected by tvm_hetero.testing.faults into the real builder's and runner's worker processes
+(through their f_build and f_run) during one tune. Each must be recorded with its error kind,
+the tune must go on, and the winner must be a verified-correct placement. A placement over a
+memory cap must be recorded without a build."""
 
 import json
 import os
@@ -13,12 +14,12 @@ import pytest
 
 import tvm_hetero as th
 from tvm_hetero.database import Database
-from tvm_hetero.faults import (BUILD_FAULTS, EXPECTED, RUN_FAULTS, Fault, FaultPlan,
-                               FaultyBuilder, FaultyRunner)
-from tvm_hetero.measure import (BuildResult, ErrorKind, LocalBuilder, LocalRunner, MeasureTask,
-                                Measurer, outputs_match, placement_key)
+from tvm_hetero.measure import (BuildResult, ErrorKind, MeasureTask, Measurer, outputs_match,
+                                placement_key)
 from tvm_hetero.search import tune
 from tvm_hetero.testing import FakeBuilder, FakeRunner
+from tvm_hetero.testing.faults import (BUILD_FAULTS, EXPECTED, RUN_FAULTS, Fault, FaultPlan,
+                                       FaultyBuilder, FaultyRunner)
 
 # Builds of zoo:cnn take ~2 s in a fresh worker and runs ~0.3 s: the timeouts leave a wide
 # margin for real candidates and bound what each hang costs.
@@ -41,9 +42,8 @@ def faulty_tune(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("faults"))
     devices = th.DeviceSet.parse(["cpu", "cpu-generic"], memory={"cpu-generic": CAP})
     plan = FaultPlan().in_order(FAULT_ORDER, eligible=two_devices)
-    builder = FaultyBuilder(LocalBuilder(n_parallel=2, timeout_s=BUILD_TIMEOUT_S), plan)
-    runner = FaultyRunner(LocalRunner(timeout_s=RUN_TIMEOUT_S, warmup=1, repeat=2,
-                                      min_repeat_ms=5), plan)
+    builder = FaultyBuilder(plan, n_parallel=2, timeout_s=BUILD_TIMEOUT_S)
+    runner = FaultyRunner(plan, timeout_s=RUN_TIMEOUT_S, warmup=1, repeat=2, min_repeat_ms=5)
     trials = 1 + len(FAULT_ORDER) + GOOD_AFTER  # "all on cpu" is the only feasible seed
     acked = []
     result = tune("zoo:cnn", devices, trials=trials, strategy="random", batch_size=4,
@@ -140,8 +140,8 @@ def test_over_the_memory_cap_is_recorded_without_a_build(faulty_tune, tmp_path):
         reference = [data[f"arr_{i}"] for i in range(len(data.files))]
     task = MeasureTask.create("zoo:cnn", devices, str(tmp_path / "task"), reference=reference)
     plan = FaultPlan()
-    builder = FaultyBuilder(LocalBuilder(n_parallel=1, timeout_s=BUILD_TIMEOUT_S), plan)
-    runner = FaultyRunner(LocalRunner(timeout_s=RUN_TIMEOUT_S), plan)
+    builder = FaultyBuilder(plan, n_parallel=1, timeout_s=BUILD_TIMEOUT_S)
+    runner = FaultyRunner(plan, timeout_s=RUN_TIMEOUT_S)
     fingerprints = (task.model.fingerprint(), devices.fingerprint())
     measurer = Measurer(task, builder, runner, Database(records, *fingerprints))
     got_over, got_best = measurer.measure([over, result.placement])
@@ -185,7 +185,7 @@ def test_fault_plan_selection():
 def test_a_failed_build_is_not_run_with_a_fault(tmp_path):
     """A run fault on a placement whose build failed passes the build error through."""
     plan = FaultPlan().add(Fault.RUN_CRASH, lambda p: True)
-    runner = FaultyRunner(LocalRunner(timeout_s=RUN_TIMEOUT_S), plan)
+    runner = FaultyRunner(plan, timeout_s=RUN_TIMEOUT_S)
     task = MeasureTask.__new__(MeasureTask)  # the runner must not touch the task
     layers = th.extract_layers(th.load_model("zoo:mlp"))
     build = BuildResult(None, ErrorKind.BUILD_ERROR, "no compiler",

@@ -117,3 +117,46 @@ def test_tolerances():
     assert not outputs_match([np.full(4, np.nan, np.float32)], a)[0]
     ints = [np.arange(4)]
     assert outputs_match([np.arange(4)], ints)[0] and not outputs_match([np.arange(4) + 1], ints)[0]
+
+
+def test_the_builder_builds_with_its_f_build(task):
+    """f_build runs in the worker (a nested function travels by value): what it returns is
+    the build, what it raises is the candidate's build error."""
+    def build_stub(model_file, input_shapes, devices_json, assignment, out_path):
+        with open(out_path, "wb") as handle:
+            handle.write(model_file.encode())
+        return 0.25
+
+    def build_fails(*args):
+        raise th.BuildError("no compiler for this target\nat the end")
+
+    placement = alternating(task)
+    (built,) = LocalBuilder(n_parallel=1, f_build=build_stub).build(task, [placement])
+    assert built.error == ErrorKind.NONE and built.build_s == 0.25
+    with open(built.artifact, "rb") as handle:
+        assert handle.read() == task.model_file.encode()
+    (failed,) = LocalBuilder(n_parallel=1, f_build=build_fails).build(task, [placement])
+    assert failed.error == ErrorKind.BUILD_ERROR and failed.artifact is None
+    # the worker's exception comes back re-raised, its text ahead of the message's last line
+    assert failed.message.startswith("BuildError: ")
+    assert failed.message.endswith("BuildError: no compiler for this target")
+
+
+def test_the_runner_runs_with_its_f_run(task, tmp_path):
+    """f_run's dict is the measurement; what it raises is the candidate's run error."""
+    files = (task.inputs_file, task.reference_file)
+
+    def run_stub(lib_path, devices_json, inputs_file, reference_file, *timing):
+        assert (inputs_file, reference_file) == files
+        return {"ok": True, "max_error": 0.0, "latencies_ms": [3.0, 1.0, 2.0]}
+
+    def run_fails(*args):
+        raise ValueError("cannot load the library")
+
+    build = BuildResult(str(tmp_path / "never_loaded.so"))
+    (result,) = LocalRunner(f_run=run_stub).run(task, [build])
+    assert result.ok and result.median_ms == 2.0
+    (failed,) = LocalRunner(f_run=run_fails).run(task, [build])
+    assert failed.error == ErrorKind.RUN_ERROR
+    assert failed.message.startswith("ValueError: ")
+    assert failed.message.endswith("cannot load the library")

@@ -9,6 +9,7 @@ import logging
 import os
 import time
 from abc import ABC, abstractmethod
+from typing import Callable
 
 from ..errors import error_message
 from ..placement import Placement
@@ -32,6 +33,10 @@ class Builder(ABC):
         """One BuildResult per placement, in order."""
 
 
+# f_build(model_file, input_shapes, devices_json, assignment, out_path) -> build seconds
+BuildFunction = Callable[[str, dict, list, dict, str], float]
+
+
 class LocalBuilder(Builder):
     """Builds in `n_parallel` worker processes (``tvm.support.popen_pool``), each build killed
     after `timeout_s` seconds.
@@ -42,13 +47,22 @@ class LocalBuilder(Builder):
         Worker processes (default: the number of CPU cores).
     timeout_s : float
         Seconds one build may take (default 300).
+    f_build : callable, optional
+        What a worker process runs to build one candidate, called as
+        ``f_build(model_file, input_shapes, devices_json, assignment, out_path)`` and returning
+        the build seconds (default :func:`tvm_hetero.measure.worker.build_candidate`). It is
+        pickled with each submission (cloudpickle: a module-level function or a
+        ``functools.partial`` of one travels by reference); whatever it raises, and a worker
+        that dies in it, becomes the candidate's ``build_error``.
     """
 
-    def __init__(self, n_parallel: int | None = None, timeout_s: float = 300.0):
+    def __init__(self, n_parallel: int | None = None, timeout_s: float = 300.0,
+                 f_build: BuildFunction | None = None):
         from ..devices import host_num_cores
 
         self.n_parallel = n_parallel or host_num_cores()
         self.timeout_s = timeout_s
+        self.f_build = f_build or worker.build_candidate
         self._pool = None
 
     def _executor(self):
@@ -66,7 +80,7 @@ class LocalBuilder(Builder):
         for placement in placements:
             path = os.path.join(out_dir, placement_key(placement) + ".so")
             futures.append((path, time.perf_counter(), pool.submit(
-                worker.build_candidate, task.model_file, task.input_shapes,
+                self.f_build, task.model_file, task.input_shapes,
                 task.devices.to_json(), placement.assignment, path)))
         results = []
         for placement, (path, start, future) in zip(placements, futures):

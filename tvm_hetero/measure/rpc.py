@@ -27,7 +27,7 @@ import os
 import socket
 import struct
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -70,11 +70,16 @@ class RPCRunner(Runner):
         Untimed calls first, then timed measurements (defaults 2 and 5).
     min_repeat_ms : float
         Each measurement repeats the call until it lasts this long (default 50 ms).
+    f_run : callable, optional
+        What the worker process runs to measure one library remotely, called with the
+        arguments of :func:`measure_remote` (the default) and returning its dict; pickled with
+        each submission, like :class:`~tvm_hetero.measure.LocalRunner`'s `f_run`.
     """
 
     def __init__(self, key: str, tracker_host: str = "127.0.0.1", tracker_port: int = 9190,
                  priority: int = 1, session_timeout_s: float = 120.0, warmup: int = 2,
-                 repeat: int = 5, min_repeat_ms: float = 50.0):
+                 repeat: int = 5, min_repeat_ms: float = 50.0,
+                 f_run: Callable[..., dict[str, Any]] | None = None):
         self.key = key
         self.tracker_host = tracker_host
         self.tracker_port = int(tracker_port)
@@ -83,6 +88,7 @@ class RPCRunner(Runner):
         self.warmup = int(warmup)
         self.repeat = int(repeat)
         self.min_repeat_ms = float(min_repeat_ms)
+        self.f_run = f_run or measure_remote
         self._pool = None
 
     @property
@@ -143,7 +149,7 @@ class RPCRunner(Runner):
     def _run_one(self, task: MeasureTask, build: BuildResult) -> MeasureResult:
         start = time.perf_counter()
         future = self._executor().submit(
-            measure_remote, os.path.abspath(build.artifact), self.tracker_host,
+            self.f_run, os.path.abspath(build.artifact), self.tracker_host,
             self.tracker_port, self.key, self.priority, self.session_timeout_s,
             task.inputs_file, task.reference_file, self.warmup, self.repeat, self.min_repeat_ms)
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
+from typing import Any, Callable
 
 from . import worker
 from ..errors import error_message
@@ -13,6 +14,10 @@ from .result import MAX_MESSAGE_CHARS, BuildResult, ErrorKind, MeasureResult
 from .task import MeasureTask
 
 logger = logging.getLogger(__name__)
+
+# f_run(lib_path, devices_json, inputs_file, reference_file, warmup, repeat, min_repeat_ms,
+#       slow_ms) -> {"ok", "max_error", "latencies_ms", "screened"}
+RunFunction = Callable[[str, list, str, str, int, int, float, "float | None"], dict[str, Any]]
 
 
 class Runner(ABC):
@@ -72,11 +77,19 @@ class LocalRunner(Runner):
         Candidates whose checking call is faster than this are always timed fully: their
         repeats are cheap, and a cold first call of a fast model is mostly overhead
         (default 100 ms).
+    f_run : callable, optional
+        What the worker process runs to check and time one built candidate, called as
+        ``f_run(lib_path, devices_json, inputs_file, reference_file, warmup, repeat,
+        min_repeat_ms, slow_ms)`` and returning a dict with ``ok``, ``max_error``,
+        ``latencies_ms`` and ``screened`` (default
+        :func:`tvm_hetero.measure.worker.run_candidate`). It is pickled with each submission,
+        like :class:`~tvm_hetero.measure.LocalBuilder`'s `f_build`; whatever it raises, and a
+        worker that dies in it, becomes the candidate's ``run_error``.
     """
 
     def __init__(self, timeout_s: float = 120.0, warmup: int = 2, repeat: int = 5,
                  min_repeat_ms: float = 50.0, screen: float | None = 3.0,
-                 screen_floor_ms: float = 100.0):
+                 screen_floor_ms: float = 100.0, f_run: RunFunction | None = None):
         if screen is not None and screen < 1:
             raise ValueError(f"screen must be >= 1 (or None), got {screen}")
         self.screen_floor_ms = screen_floor_ms
@@ -85,6 +98,7 @@ class LocalRunner(Runner):
         self.repeat = repeat
         self.min_repeat_ms = min_repeat_ms
         self.screen = screen
+        self.f_run = f_run or worker.run_candidate
         self._best_ms: dict[str, float] = {}  # task work directory -> fastest median seen
         self._pool = None
 
@@ -146,7 +160,7 @@ class LocalRunner(Runner):
         slow_ms = max(best * self.screen, self.screen_floor_ms) \
             if best is not None and self.screen is not None else None
         future = self._executor().submit(
-            worker.run_candidate, build.artifact, task.devices.to_json(), task.inputs_file,
+            self.f_run, build.artifact, task.devices.to_json(), task.inputs_file,
             task.reference_file, self.warmup, self.repeat, self.min_repeat_ms, slow_ms)
         try:
             out = future.result()

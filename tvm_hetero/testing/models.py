@@ -1,5 +1,6 @@
-"""Helpers for tests, benchmarks and tutorials: the onnx package's real model graphs,
-onnxruntime references and random placements."""
+"""Models and references for tests, benchmarks and tutorials: the onnx package's real model
+graphs and backend-test cases, onnxruntime references, random placements, the runner's error
+measure."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .measure.runner import Runner
-from .placement import Placement
+from ..placement import Placement
 
 LIGHT_MODELS = ("bvlc_alexnet", "squeezenet", "resnet50", "vgg19", "zfnet512", "inception_v1",
                 "inception_v2", "densenet121", "shufflenet")
@@ -127,48 +127,7 @@ def random_placement(layers, device_names: list[str], rng: np.random.Generator) 
 def max_relative_error(got: list[np.ndarray], want: list[Any]) -> float:
     """max |got - want| / max |want| over all outputs; infinite for NaN, a shape or a dtype
     mismatch (the runner's verification measure)."""
-    from .measure.task import relative_errors
+    from ..measure.task import relative_errors
 
     errors = relative_errors([np.asarray(a) for a in got], [np.asarray(b) for b in want])
     return max(errors, default=0.0)
-
-
-class FakeBuilder:
-    """A builder that builds nothing (tests of search logic run in milliseconds). `fail` maps
-    placement keys (:func:`~tvm_hetero.measure.placement_key`) to the error kind to report."""
-
-    def __init__(self, fail: dict | None = None):
-        self.fail = fail or {}
-        self.built: list[Placement] = []
-
-    def build(self, task, placements):
-        from .measure import BuildResult, placement_key
-
-        del task
-        out = []
-        for placement in placements:
-            self.built.append(placement)
-            key = placement_key(placement)
-            if key in self.fail:
-                out.append(BuildResult(None, self.fail[key], "injected failure",
-                                       placement=placement))
-            else:
-                out.append(BuildResult("fake:" + key, placement=placement))
-        return out
-
-
-class FakeRunner(Runner):
-    """A runner whose latency is ``cost_ms(placement)``, called once per run (a stateful
-    callable can model noise); re-timing takes :meth:`Runner.retime`'s rounds of runs."""
-
-    def __init__(self, cost_ms):
-        self.cost_ms = cost_ms
-
-    def run(self, task, builds):
-        from .measure import ErrorKind, MeasureResult
-
-        del task
-        return [MeasureResult(build.error, message=build.message)
-                if build.error != ErrorKind.NONE
-                else MeasureResult(ErrorKind.NONE, [float(self.cost_ms(build.placement))])
-                for build in builds]

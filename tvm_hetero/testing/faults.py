@@ -1,16 +1,18 @@
-"""Fault injection for tests: a Builder and a Runner that wrap the real ones and make chosen
-placements fail the way real candidates fail.
+"""Fault injection for tests: a builder and a runner that make chosen placements fail the way
+real candidates fail.
 
-:class:`FaultyBuilder` and :class:`FaultyRunner` wrap a :class:`~tvm_hetero.measure.LocalBuilder`
-and a :class:`~tvm_hetero.measure.LocalRunner`. A :class:`FaultPlan`, shared by both, says which
-placement gets which :class:`Fault`. Every fault happens inside the wrapped builder's or runner's
-own ``tvm.support.popen_pool`` worker process and goes through the real code that turns it into
-an error kind: a segfault really kills the worker, a hang really runs into the timeout.
+:class:`FaultyBuilder` and :class:`FaultyRunner` are a :class:`~tvm_hetero.measure.LocalBuilder`
+and a :class:`~tvm_hetero.measure.LocalRunner` whose build and run functions (their `f_build` and
+`f_run`) are :func:`build_with_faults` and :func:`run_with_faults`. A :class:`FaultPlan`, shared
+by both, says which placement gets which :class:`Fault`. Every fault happens inside the real
+builder's or runner's own ``tvm.support.popen_pool`` worker process and goes through the real
+code that turns it into an error kind: a segfault really kills the worker, a hang really runs
+into the timeout.
 
-How: for the duration of one ``build`` / ``run`` call the wrapper points
-``tvm_hetero.measure.worker.build_candidate`` (or ``run_candidate``) at a module-level function
-of this module, which the worker receives pickled by reference; it injects the fault or calls
-the real function. The faults, and the error kind each must be recorded with:
+How: before each batch the builder (runner) writes the faults of its placements (their
+libraries) into a dict that its `f_build` (`f_run`) is a ``functools.partial`` of; the partial
+is pickled with every submission, so the worker receives the faults of its candidate with it.
+The faults, and the error kind each must be recorded with:
 
 ================  =========================================================  =============
 fault             what happens                                               recorded as
@@ -22,35 +24,35 @@ fault             what happens                                               rec
 ``run_crash``     the run worker segfaults (``ctypes.string_at(0)``)         run_error
 ``run_abort``     the run worker calls ``os.abort()`` (SIGABRT)              run_error
 ``run_hang``      the run sleeps past the runner's timeout and is killed     run_timeout
-``wrong_answer``  it runs; its outputs are perturbed before the check        wrong_answer
+``wrong_answer``  it runs, checked against a reference moved far off         wrong_answer
 ================  =========================================================  =============
 
 Example::
 
     plan = FaultPlan().add(Fault.RUN_CRASH, {placement_key(p)}).add(Fault.BUILD_HANG, pred)
-    tune(model, devices, builder=FaultyBuilder(LocalBuilder(timeout_s=10), plan),
-         runner=FaultyRunner(LocalRunner(timeout_s=5), plan))
+    tune(model, devices, builder=FaultyBuilder(plan, timeout_s=10),
+         runner=FaultyRunner(plan, timeout_s=5))
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
+import os
 import threading
 from enum import Enum
 from typing import Callable, Collection, Iterable, Union
 
 import numpy as np
 
-from .measure import worker
-from .measure.builder import Builder, placement_key
-from .measure.result import BuildResult, ErrorKind, MeasureResult
-from .measure.runner import Runner
-from .measure.task import MeasureTask
-from .placement import Placement
+from ..measure import worker
+from ..measure.builder import LocalBuilder, placement_key
+from ..measure.result import BuildResult, ErrorKind, MeasureResult
+from ..measure.runner import LocalRunner, Runner
+from ..measure.task import MeasureTask
+from ..placement import Placement
 
 __all__ = ["BUILD_FAULTS", "EXPECTED", "Fault", "FaultPlan", "FaultyBuilder", "FaultyRunner",
-           "InjectedFault", "RUN_FAULTS"]
+           "InjectedFault", "RUN_FAULTS", "build_with_faults", "run_with_faults"]
 
 HANG_S = 3600.0  # a hang lasts "forever": the timeout, never the sleep, ends it
 
@@ -208,12 +210,13 @@ def _hang() -> None:
 
 def build_with_faults(faults: dict[str, str], model_file: str, input_shapes: dict,
                       devices_json: list, placement: dict[str, str], out_path: str) -> float:
-    """In a build worker: inject the fault of `placement`, or build it normally.
+    """A build function (`f_build`) for a build worker: inject the fault of `placement`, or
+    build it normally.
 
     Parameters
     ----------
     faults : dict of str to str
-        Placement key -> :class:`Fault` value, for the faulty placements of one batch.
+        Placement key -> :class:`Fault` value, for the faulty placements.
     model_file, input_shapes, devices_json, placement, out_path
         As for :func:`tvm_hetero.measure.worker.build_candidate`.
 
@@ -232,31 +235,35 @@ def build_with_faults(faults: dict[str, str], model_file: str, input_shapes: dic
     return worker.build_candidate(model_file, input_shapes, devices_json, placement, out_path)
 
 
-def _perturbed(outputs: list[np.ndarray]) -> list[np.ndarray]:
-    """One element of each output moved far off (a wrong result, not noise)."""
+def _moved_far_off(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """One element of each array moved far off (a wrong result, not noise): by 1 plus three
+    times the array's largest magnitude m, so the original's relative error against the moved
+    array, (1 + 3m) / (1 + 4m) at worst, exceeds 3/4."""
     out = []
-    for array in outputs:
+    for array in arrays:
         array = np.array(array, copy=True)
         if array.size:
             if array.dtype == np.bool_:
                 array.flat[0] = not array.flat[0]
             else:
                 magnitude = np.abs(array).max() if array.dtype.kind in "fc" else 0
-                array.flat[0] = array.flat[0] + 1 + magnitude
+                array.flat[0] = array.flat[0] + 1 + 3 * magnitude
         out.append(array)
     return out
 
 
-def run_with_fault(fault: str, lib_path: str, *args, **kwargs):
-    """In the run worker: inject a run fault.
+def run_with_faults(faults: dict[str, str], lib_path: str, devices_json: list,
+                    inputs_file: str, reference_file: str, *args, **kwargs):
+    """A run function (`f_run`) for the run worker: inject the run fault of the library at
+    `lib_path`, or run it normally.
 
     Parameters
     ----------
-    fault : str
-        A run :class:`Fault` value. ``wrong_answer`` runs
-        :func:`tvm_hetero.measure.worker.run_candidate` with the library's outputs perturbed
-        before they are checked against the reference; the others never return.
-    lib_path, *args, **kwargs
+    faults : dict of str to str
+        Library path -> run :class:`Fault` value, for the faulty candidates. ``wrong_answer``
+        runs :func:`tvm_hetero.measure.worker.run_candidate` against a reference with one
+        element of each output moved far off; the other faults never return.
+    lib_path, devices_json, inputs_file, reference_file, *args, **kwargs
         As for :func:`tvm_hetero.measure.worker.run_candidate`.
 
     Returns
@@ -264,6 +271,7 @@ def run_with_fault(fault: str, lib_path: str, *args, **kwargs):
     dict
         What ``run_candidate`` returns (``ok`` False for ``wrong_answer``).
     """
+    fault = faults.get(lib_path)
     if fault == Fault.RUN_RAISE.value:
         raise InjectedFault("injected run failure")
     if fault == Fault.RUN_CRASH.value:
@@ -272,50 +280,35 @@ def run_with_fault(fault: str, lib_path: str, *args, **kwargs):
         _abort()
     if fault == Fault.RUN_HANG.value:
         _hang()
+    if fault is None:
+        return worker.run_candidate(lib_path, devices_json, inputs_file, reference_file,
+                                    *args, **kwargs)
     if fault != Fault.WRONG_ANSWER.value:
         raise ValueError(f"not a run fault: {fault!r}")
-    from .measure import task as task_module
-
-    real = task_module.outputs_match  # run_candidate imports it at call time
-
-    def perturbed_match(got, want):
-        return real(_perturbed(got), want)
-
-    task_module.outputs_match = perturbed_match
+    with np.load(reference_file, allow_pickle=False) as data:
+        reference = [data[f"arr_{i}"] for i in range(len(data.files))]
+    wrong_reference = lib_path + ".wrong_reference.npz"
+    np.savez(wrong_reference, *_moved_far_off(reference))
     try:
-        return worker.run_candidate(lib_path, *args, **kwargs)
+        return worker.run_candidate(lib_path, devices_json, inputs_file, wrong_reference,
+                                    *args, **kwargs)
     finally:
-        task_module.outputs_match = real
+        os.remove(wrong_reference)
 
 
-# -- the wrappers (parent process) ------------------------------------------------------------
+# -- the builder and the runner (parent process) ----------------------------------------------
 
-_PATCH_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _worker_function(name: str, replacement):
-    """Point ``tvm_hetero.measure.worker.<name>`` at `replacement` for one call of the
-    wrapped builder or runner (they look it up when they submit work)."""
-    with _PATCH_LOCK:
-        original = getattr(worker, name)
-        setattr(worker, name, replacement)
-        try:
-            yield
-        finally:
-            setattr(worker, name, original)
-
-
-class FaultyBuilder(Builder):
-    """A builder that injects build faults into the placements a plan selects.
+class FaultyBuilder(LocalBuilder):
+    """A :class:`~tvm_hetero.measure.LocalBuilder` that injects build faults into the
+    placements a plan selects (its `f_build` is :func:`build_with_faults`: the faults run in
+    its workers and its timeout kills the hangs).
 
     Parameters
     ----------
-    inner : Builder
-        The real builder (a :class:`~tvm_hetero.measure.LocalBuilder`: the faults run in its
-        workers and its timeout kills the hangs).
     plan : FaultPlan
         Placements with a run fault are built normally (the runner injects those).
+    n_parallel, timeout_s
+        As for :class:`~tvm_hetero.measure.LocalBuilder`.
 
     Attributes
     ----------
@@ -323,37 +316,37 @@ class FaultyBuilder(Builder):
         Keys of every placement handed to this builder, in order (faulty or not).
     """
 
-    def __init__(self, inner: Builder, plan: FaultPlan):
-        self.inner = inner
+    def __init__(self, plan: FaultPlan, n_parallel: int | None = None,
+                 timeout_s: float = 300.0):
+        self._faults: dict[str, str] = {}  # placement key -> build fault, sent with each build
+        super().__init__(n_parallel, timeout_s,
+                         f_build=functools.partial(build_with_faults, self._faults))
         self.plan = plan
         self.built: list[str] = []
 
     def build(self, task: MeasureTask, placements: list[Placement]) -> list[BuildResult]:
-        faults = {}
         for placement in placements:
             key = placement_key(placement)
             self.built.append(key)
             fault = self.plan.fault_for(placement)
             if fault in BUILD_FAULTS:
-                faults[key] = fault.value
+                self._faults[key] = fault.value
                 self.plan.injected[key] = fault
-        if not faults:
-            return self.inner.build(task, placements)
-        with _worker_function("build_candidate", functools.partial(build_with_faults, faults)):
-            return self.inner.build(task, placements)
+        return super().build(task, placements)
 
 
-class FaultyRunner(Runner):
-    """A runner that injects run faults (crash, abort, hang, exception, wrong outputs) into the
-    builds of the placements a plan selects.
+class FaultyRunner(LocalRunner):
+    """A :class:`~tvm_hetero.measure.LocalRunner` that injects run faults (crash, abort, hang,
+    exception, wrong outputs) into the builds of the placements a plan selects (its `f_run` is
+    :func:`run_with_faults`: the faults run in its worker process, its timeout kills the
+    hangs).
 
     Parameters
     ----------
-    inner : Runner
-        The real runner (a :class:`~tvm_hetero.measure.LocalRunner`: the faults run in its
-        worker process, its timeout kills the hangs).
     plan : FaultPlan
         Needs ``BuildResult.placement`` to find a build's placement.
+    **runner_args
+        As for :class:`~tvm_hetero.measure.LocalRunner` (`timeout_s`, `warmup`, ...).
 
     Attributes
     ----------
@@ -361,22 +354,24 @@ class FaultyRunner(Runner):
         Keys of the placements whose library this runner ran (failed builds pass through).
     """
 
-    def __init__(self, inner: Runner, plan: FaultPlan):
-        self.inner = inner
+    def __init__(self, plan: FaultPlan, **runner_args):
+        self._faults: dict[str, str] = {}  # library path -> run fault, sent with each run
+        super().__init__(**runner_args, f_run=functools.partial(run_with_faults, self._faults))
         self.plan = plan
         self.ran: list[str] = []
 
     def run(self, task: MeasureTask, builds: list[BuildResult]) -> list[MeasureResult]:
-        return [self._run_one(task, build) for build in builds]
+        for build in builds:
+            if build.error != ErrorKind.NONE or build.placement is None:
+                continue
+            key = placement_key(build.placement)
+            self.ran.append(key)
+            fault = self.plan.fault_for(build.placement)
+            if fault in RUN_FAULTS:
+                self._faults[build.artifact] = fault.value
+                self.plan.injected[key] = fault
+        return super().run(task, builds)
 
-    def _run_one(self, task: MeasureTask, build: BuildResult) -> MeasureResult:
-        if build.error != ErrorKind.NONE or build.placement is None:
-            return self.inner.run(task, [build])[0]
-        key = placement_key(build.placement)
-        self.ran.append(key)
-        fault = self.plan.fault_for(build.placement)
-        if fault not in RUN_FAULTS:
-            return self.inner.run(task, [build])[0]
-        self.plan.injected[key] = fault
-        with _worker_function("run_candidate", functools.partial(run_with_fault, fault.value)):
-            return self.inner.run(task, [build])[0]
+    # re-timing runs each round's candidates through run (the faults apply), as the runner
+    # this replaces did, not LocalRunner's one process for all
+    retime = Runner.retime

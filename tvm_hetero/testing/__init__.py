@@ -1,0 +1,18 @@
+"""Helpers for tests, benchmarks and tutorials (nothing in tvm_hetero itself imports them).
+
+- :mod:`~tvm_hetero.testing.models`: the onnx package's real model graphs and backend-test
+  cases, onnxruntime references, random placements, the runner's error measure;
+- :mod:`~tvm_hetero.testing.fakes`: a builder and a runner that measure nothing, for tests of
+  search logic;
+- :mod:`~tvm_hetero.testing.faults`: a builder and a runner that inject real failures (crashes,
+  hangs, exceptions, wrong outputs) into chosen candidates, through their build and run
+  functions (imported on its own: ``from tvm_hetero.testing.faults import FaultPlan``).
+"""
+
+from .fakes import FakeBuilder, FakeRunner
+from .models import (LIGHT_MODELS, light_model, light_model_path, max_relative_error,
+                     onnx_case, onnx_case_dir, onnx_reference, random_placement)
+
+__all__ = ["FakeBuilder", "FakeRunner", "LIGHT_MODELS", "light_model", "light_model_path",
+           "max_relative_error", "onnx_case", "onnx_case_dir", "onnx_reference",
+           "random_placement"]
