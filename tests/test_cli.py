@@ -241,3 +241,41 @@ def test_usage_mistakes_are_one_line(capsys):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert_one_line_error(2, err, "invalid choice: 'nope'")
+
+
+def test_inspect_follows_the_devices_preparation(capsys):
+    """inspect prepares the model for the devices given (default: the host CPU, `cpu`): an
+    AVX2 CPU's blocked layout has 8 channels per block."""
+    def block_widths(*devices):
+        code, out, err = cli(capsys, "inspect", "zoo:resnet", "--json", *devices)
+        assert code == 0, err
+        return {layer["outputs"][0][-1] for layer in json.loads(out)["layers"]
+                if len(layer["outputs"][0]) == 5}  # NCHW[x]c outputs
+
+    haswell = '{"kind": "llvm", "mcpu": "haswell"}'
+    assert block_widths("-d", haswell) == {8}
+    assert block_widths() == block_widths("-d", "cpu")
+
+
+def test_the_cli_uses_nothing_of_tvm_hetero_but_the_interface():
+    """The CLI parses arguments and prints: what it uses of tvm_hetero comes from
+    tvm_hetero.api (and tvm_hetero.errors, for the error boundary and argument errors)."""
+    import ast
+    from pathlib import Path
+
+    import tvm_hetero.cli
+
+    allowed = {"tvm_hetero.api", "tvm_hetero.errors"}
+    used = set()
+    for path in sorted(Path(tvm_hetero.cli.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                continue  # the CLI's own modules
+            if isinstance(node, ast.ImportFrom) and node.level == 2:
+                base = "tvm_hetero" + (f".{node.module}" if node.module else "")
+                used |= {base if node.module else f"{base}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tvm_hetero"):
+                used.add(node.module)
+            elif isinstance(node, ast.Import):
+                used |= {a.name for a in node.names if a.name.startswith("tvm_hetero")}
+    assert used == allowed

@@ -253,3 +253,47 @@ def read_header(records: str) -> dict | None:
     return {"model": data["model"],
             "input_shapes": {k: tuple(v) for k, v in data["input_shapes"].items()},
             "devices": DeviceSet.from_json(data["devices"])}
+
+
+def best_placement(records: str, model, devices, layers) -> Placement:
+    """The fastest verified placement in a records file, for this model and device set, among
+    those within the memory caps of `devices`.
+
+    Parameters
+    ----------
+    records : str
+        The records file.
+    model : Model
+    devices : DeviceSet
+    layers : list of Layer
+        The model's layers for `devices` (the caps are checked on them).
+
+    Returns
+    -------
+    Placement
+
+    Raises
+    ------
+    PlacementError
+        The file is missing, or holds no usable record (the reason in the message).
+    """
+    from .errors import PlacementError
+    from .memory import describe_over_cap, over_cap
+
+    if not os.path.isfile(records):
+        raise PlacementError(f"records file not found: {records}")
+    database = Database(records, model.fingerprint(), devices.fingerprint())
+    best = database.best(layers, devices)
+    if best is None:
+        fastest = database.best()
+        if fastest is not None:
+            raise PlacementError(
+                f"no verified record in {records} fits the memory caps given: the fastest "
+                f"needs {describe_over_cap(over_cap(layers, fastest[0], devices))}")
+        reason = (f"{database.foreign_records} record(s) are of another model, device set or "
+                  "TVM version" if database.foreign_records else "none of them is a verified "
+                  "measurement" if len(database) else "it holds no readable record")
+        if database.skipped_lines:
+            reason += f"; {database.skipped_lines} line(s) are not records"
+        raise PlacementError(f"no usable record in {records}: {reason}")
+    return best[0]

@@ -1,12 +1,11 @@
-"""Helpers shared by the subcommands: argument types, output, the native-log guard."""
+"""Helpers shared by the subcommands: their common arguments, how to parse them, JSON output."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-from ..errors import DeviceError, HeteroError, ModelError
+from ..errors import DeviceError, ModelError
 
 
 def add_device_args(parser, required: bool = True) -> None:
@@ -30,12 +29,6 @@ def parse_memory(items: list[str]) -> dict[str, str]:
             raise DeviceError(f"invalid --memory {item!r}: use DEVICE=SIZE, e.g. cpu=512MiB")
         caps[name] = size
     return caps
-
-
-def parse_devices(args):
-    from ..devices import DeviceSet
-
-    return DeviceSet.parse(args.devices, memory=parse_memory(getattr(args, "memory", [])))
 
 
 def add_input_shape_arg(parser) -> None:
@@ -64,24 +57,10 @@ def parse_input_shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def load_cli_model(args):
-    from ..frontend import load_model
-
-    return load_model(args.model, input_shapes=parse_input_shapes(args.input_shape))
-
-
 def print_json(data) -> None:
     json.dump(data, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
 
 
-def output_path(path: str) -> str:
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise HeteroError(f"output directory does not exist: {directory}")
-    return path
-
-
 __all__ = ["add_device_args", "add_input_shape_arg", "add_memory_args", "add_model_args",
-           "load_cli_model", "output_path", "parse_devices", "parse_input_shapes",
-           "parse_memory", "print_json"]
+           "parse_input_shapes", "parse_memory", "print_json"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .common import (add_device_args, add_input_shape_arg, add_memory_args, load_cli_model,
-                     parse_devices, print_json)
+from .. import api
+from .common import (add_device_args, add_input_shape_arg, add_memory_args, parse_input_shapes,
+                     parse_memory, print_json)
 
 
 def register(subparsers) -> None:
@@ -22,15 +23,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..layers import extract_layers
-    from ..memory import format_bytes
-    from ..status import TaskWeights, probe
-
-    devices = parse_devices(args)
-    weights = TaskWeights.equal()
-    if args.model:
-        weights = TaskWeights.for_layers(extract_layers(load_cli_model(args)))
-    statuses = probe(devices, weights)
+    devices, weights, statuses = api.device_status(
+        args.devices, model=args.model, memory=parse_memory(args.memory),
+        input_shapes=parse_input_shapes(args.input_shape))
     if args.json:
         print_json({"weights": weights.__dict__, "devices": [s.to_json() for s in statuses]})
         return 0
@@ -40,7 +35,7 @@ def run(args) -> int:
           f"{'score':>7}")
     for dev, status in zip(devices, statuses):
         target = dev.target.get("mcpu") or dev.target.get("arch") or ""
-        memory = format_bytes(status.memory_bytes) + (" cap" if status.memory_is_cap else "")
+        memory = api.format_bytes(status.memory_bytes) + (" cap" if status.memory_is_cap else "")
         print(f"{dev.name:<14}{dev.kind + ' ' + target:<28}{status.gflops:>9.2f}{memory:>14}"
               f"{status.bandwidth_gbs:>11.2f}{status.score:>7.3f}")
     return 0

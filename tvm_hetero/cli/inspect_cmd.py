@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .common import add_model_args, load_cli_model, print_json
+from .. import api
+from .common import add_device_args, add_model_args, parse_input_shapes, print_json
 
 
 def register(subparsers) -> None:
@@ -10,29 +11,18 @@ def register(subparsers) -> None:
                                    description="Split a model into operator-level layers (one "
                                                "fused operator group each) and list them.")
     add_model_args(parser)
+    add_device_args(parser, required=False)
     parser.add_argument("--json", action="store_true", help="print the layers as JSON")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from ..layers import extract_layers, layers_table
-
-    model = load_cli_model(args)
-    layers = extract_layers(model.mod)
+    found = api.inspect_model(args.model, args.devices,
+                              input_shapes=parse_input_shapes(args.input_shape))
     if args.json:
-        print_json({
-            "model": model.name,
-            "inputs": [spec.to_json() for spec in model.inputs],
-            "layers": [{"name": layer.name, "kind": layer.kind, "ops": layer.op_kinds,
-                        "flops": layer.flops, "param_bytes": layer.param_bytes,
-                        "activation_bytes_in": layer.activation_bytes_in,
-                        "activation_bytes_out": layer.activation_bytes_out,
-                        "outputs": [list(t.shape) for t in layer.outputs],
-                        "predecessors": layer.predecessors, "model_inputs": layer.model_inputs}
-                       for layer in layers],
-        })
+        print_json(found.to_json())
     else:
-        print(f"model {model.name}: inputs " + ", ".join(
-            f"{s.name} {list(s.shape)} {s.dtype}" for s in model.inputs))
-        print(layers_table(layers))
+        print(f"model {found.model.name}: inputs " + ", ".join(
+            f"{s.name} {list(s.shape)} {s.dtype}" for s in found.model.inputs))
+        print(found.table())
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import api
 from .common import print_json
 
 
@@ -15,9 +16,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..optimize import rules_for, table_rows
-
-    rows = table_rows()
+    rows = api.optimization_table()
     if args.json:
         print_json([{"family": f, "kind": k, "rules": names} for f, k, names in rows])
         return 0
@@ -25,6 +24,6 @@ def run(args) -> int:
     for family, kind, names in rows:
         print(f"{family:<8}{kind:<15}{', '.join(names) or '(none: TVM default loops)'}")
     print()
-    for rule in {r.name: r for f, k, _ in rows for r in rules_for(f, k)}.values():
-        print(f"{rule.name}: {rule.description}")
+    for name, description in api.optimization_rules().items():
+        print(f"{name}: {description}")
     return 0

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .common import (add_device_args, add_input_shape_arg, add_memory_args, output_path,
-                     parse_input_shapes, parse_memory, print_json)
+from .. import api
+from .common import (add_device_args, add_input_shape_arg, add_memory_args, parse_input_shapes,
+                     parse_memory, print_json)
 
 
 def register(subparsers) -> None:
@@ -27,66 +28,14 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def model_and_devices(args):
-    """The model and devices of a records file: the flags', else its header's (caps given with
-    --memory replace the header's)."""
-    from ..database import header_path, read_header
-    from ..devices import DeviceSet
-    from ..errors import HeteroError
-    from ..frontend import load_model
-
-    header = None
-    if not (args.model and args.devices):
-        header = read_header(args.records)
-        if header is None:
-            missing = " and ".join(flag for flag, given in (("--model", args.model),
-                                                            ("--device", args.devices))
-                                   if not given)
-            raise HeteroError(f"{args.records} has no header ({header_path(args.records)} not "
-                              f"found): give {missing}")
-    caps = parse_memory(args.memory)
-    if args.devices:
-        devices = DeviceSet.parse(args.devices, memory=caps)
-    else:
-        devices = header["devices"].with_memory_caps(caps) if caps else header["devices"]
-    if args.model:
-        model = load_model(args.model, input_shapes=parse_input_shapes(args.input_shape))
-    else:
-        shapes = {**header["input_shapes"], **parse_input_shapes(args.input_shape)}
-        model = load_model(header["model"], input_shapes=shapes)
-    return model, devices
-
-
-def stored_profile(model, layers, devices, records: str, measure: bool):
-    """The profile a tune stored beside its records, or a new one when asked."""
-    import os
-
-    from ..profiles import Profile, profile_model
-
-    path = os.path.join(os.path.splitext(os.path.abspath(records))[0] + ".work", "profile.json")
-    found = Profile.load(path, model.fingerprint(), devices.fingerprint())
-    if found is not None or not measure:
-        return found
-    return profile_model(model, layers, devices)
-
-
 def run(args) -> int:
-    import os
-
-    from ..errors import HeteroError
-    from ..layers import extract_layers
-    from ..report import write_report
-
-    if not os.path.isfile(args.records):
-        raise HeteroError(f"records file not found: {args.records}")
-    out_dir = args.output or os.path.splitext(args.records)[0] + ".report"
-    output_path(out_dir)  # its parent must exist; the directory itself is created
-    model, devices = model_and_devices(args)
-    layers = extract_layers(model)
-    profile = stored_profile(model, layers, devices, args.records, args.profile)
-    summary = write_report(out_dir, model, devices, args.records, profile, layers)
+    summary = api.report_records(args.records, args.output, model=args.model,
+                                 devices=args.devices,
+                                 input_shapes=parse_input_shapes(args.input_shape),
+                                 memory=parse_memory(args.memory), profile=args.profile)
     if args.json:
-        print_json({k: v for k, v in summary.items() if k != "layers"} | {"layers": len(layers)})
+        print_json({k: v for k, v in summary.items() if k != "layers"}
+                   | {"layers": len(summary["layers"])})
     else:
         print_summary(summary)
     return 0

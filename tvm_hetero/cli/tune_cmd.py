@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from .common import (add_device_args, add_memory_args, add_model_args, load_cli_model,
-                     output_path, parse_devices, print_json)
+from .. import api
+from .common import (add_device_args, add_memory_args, add_model_args, parse_input_shapes,
+                     parse_memory, print_json)
 
 
 def register(subparsers) -> None:
-    from ..search import DEFAULT_THRESHOLD, STRATEGIES
-
     parser = subparsers.add_parser(
         "tune", help="search for the fastest correct placement",
         description="Measure candidate placements (every output verified) and search for the "
@@ -21,11 +20,11 @@ def register(subparsers) -> None:
     add_memory_args(parser)
     parser.add_argument("--trials", "-n", type=int, default=64,
                         help="candidates to evaluate at most (default: 64)")
-    parser.add_argument("--strategy", "-s", choices=STRATEGIES, default="xgb",
+    parser.add_argument("--strategy", "-s", choices=api.STRATEGIES, default="xgb",
                         help="search strategy (default: xgb)")
-    parser.add_argument("--threshold", type=int, default=DEFAULT_THRESHOLD,
+    parser.add_argument("--threshold", type=int, default=api.DEFAULT_THRESHOLD,
                         help=f"samples before the cost model is trained, at least 8, the cost "
-                             f"model's minimum (default: {DEFAULT_THRESHOLD})")
+                             f"model's minimum (default: {api.DEFAULT_THRESHOLD})")
     parser.add_argument("--max-devices", type=int, metavar="N",
                         help="devices the greedy seed may use at most (default: the fewest, "
                              "by score, whose capacity holds the model)")
@@ -58,18 +57,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    import os
-
     from tqdm import tqdm
 
-    from ..measure import LocalBuilder, LocalRunner
-    from ..search import tune
-
-    devices = parse_devices(args)
-    output_path(args.output)
-    output_path(args.records)
-    model = load_cli_model(args)
-    workdir = args.workdir or os.path.splitext(os.path.abspath(args.records))[0] + ".work"
     bar = tqdm(total=args.trials, desc="tune", unit="cand", disable=None, file=sys.stderr,
                dynamic_ncols=True)
 
@@ -79,45 +68,29 @@ def run(args) -> int:
         bar.update(1)
 
     try:
-        result = tune(model, devices, trials=args.trials, strategy=args.strategy,
-                      records=args.records, workdir=workdir, threshold=args.threshold,
-                      batch_size=args.batch_size, time_budget_s=args.time_budget,
-                      early_stopping=args.early_stopping, seed=args.seed,
-                      max_devices=args.max_devices, retime=args.retime,
-                      retime_rounds=args.retime_rounds,
-                      builder=LocalBuilder(timeout_s=args.build_timeout),
-                      runner=LocalRunner(timeout_s=args.run_timeout), callback=progress)
+        result, summary = api.tune_placement(
+            args.model, args.devices, args.records, args.output,
+            memory=parse_memory(args.memory), input_shapes=parse_input_shapes(args.input_shape),
+            workdir=args.workdir, trials=args.trials, strategy=args.strategy,
+            threshold=args.threshold, batch_size=args.batch_size,
+            time_budget_s=args.time_budget, early_stopping=args.early_stopping, seed=args.seed,
+            max_devices=args.max_devices, retime=args.retime, retime_rounds=args.retime_rounds,
+            build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout,
+            report_dir=args.report, callback=progress)
     finally:
         bar.close()
-    if result.placement is None:
-        from ..errors import HeteroError
-
-        raise HeteroError(f"no candidate ran correctly ({len(result.trials)} tried); see "
-                          f"{args.records}")
-    result.placement.model = model.name
-    result.placement.meta = {"median_ms": result.latency.median_ms}
-    result.placement.save(args.output, devices)
-    summary = result.to_json()
-    summary["output"] = args.output
-    if args.report:
-        from ..profiles import Profile
-        from ..report import write_report
-
-        profile = Profile.load(os.path.join(workdir, "profile.json"), model.fingerprint(),
-                               devices.fingerprint())
-        report = write_report(args.report, model, devices, args.records, profile)
-        summary["report"] = report["files"]
     if args.json:
         print_json(summary)
         return 0
+    names = summary["devices"]
     counts = ", ".join(f"{name} {sum(1 for v in result.placement.assignment.values() if v == name)}"
-                       for name in devices.names)
+                       for name in names)
     if result.retimed:
         rounds = result.extra["retime"]["rounds"]
         print(f"finalists re-timed alternately ({rounds} rounds, best of each):")
         for placement, searched, again in result.retimed:
             used = list(placement.assignment.values())
-            layers = ", ".join(f"{name} {used.count(name)}" for name in devices.names)
+            layers = ", ".join(f"{name} {used.count(name)}" for name in names)
             now = f"{again.median_ms:.3f} ms" if again.ok else again.error.value
             print(f"  {now:>12} (searched {searched.median_ms:.3f} ms; layers: {layers})")
     print(f"best placement: {result.latency.median_ms:.3f} ms (layers: {counts})")
