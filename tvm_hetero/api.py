@@ -24,7 +24,7 @@ import numpy as np
 from ._native import quiet_native_stderr
 from .database import best_placement, header_path, read_header
 from .devices import DeviceSet
-from .errors import HeteroError, InputError, PlacementError
+from .errors import HeteroError, InputError, PlacementError, error_message
 from .frontend import Model, load_model
 from .layers import Layer, extract_layers, layers_table
 from .memory import describe_over_cap, format_bytes, over_cap
@@ -398,8 +398,8 @@ def read_inputs(path: str) -> dict[str, np.ndarray]:
         with data:
             return {key: data[key] for key in data.files}
     except Exception as err:
-        raise InputError(f"cannot read inputs {path}: {err}; write them with numpy.savez") \
-            from None
+        raise InputError(f"cannot read inputs {path}: {error_message(err)}; write them with "
+                         "numpy.savez") from None
 
 
 def run_library(library: str, devices: DeviceSet | Sequence[str] | None = None, *,

@@ -25,7 +25,7 @@ import logging
 import os
 from typing import Iterator
 
-from .errors import HeteroError
+from .errors import HeteroError, error_message
 from .measure.result import MeasureResult
 from .placement import Placement
 from .schemas import RECORD, validation_error
@@ -78,7 +78,8 @@ class Database:
             with open(self.path, encoding="utf-8") as handle:
                 lines = handle.read().split("\n")
         except (OSError, UnicodeDecodeError) as err:
-            raise HeteroError(f"cannot read records file {self.path}: {err}") from None
+            raise HeteroError(f"cannot read records file {self.path}: "
+                              f"{error_message(err)}") from None
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -245,7 +246,7 @@ def read_header(records: str) -> dict | None:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise HeteroError(f"records header {path} is unreadable: {err}") from None
+        raise HeteroError(f"records header {path} is unreadable: {error_message(err)}") from None
     problem = validation_error(data, RECORDS_HEADER)
     if problem:
         raise HeteroError(f"records header {path} is not a tvm_hetero records header: "

@@ -208,7 +208,8 @@ class Device:
                        device_type=data["device_type"], device_id=int(data["device_id"]),
                        memory_cap=data.get("memory_cap"))
         except (KeyError, TypeError, ValueError) as err:
-            raise DeviceError(f"malformed device description {data!r}: {err}") from None
+            raise DeviceError(f"malformed device description {data!r}: "
+                              f"{error_message(err)}") from None
 
 
 _TARGET_TO_DEVICE_TYPE = {

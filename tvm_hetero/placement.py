@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .errors import PlacementError
+from .errors import PlacementError, error_message
 from .schemas import PLACEMENT, validation_error
 
 FORMAT = "tvm_hetero.placement"
@@ -143,7 +143,8 @@ class Placement:
         except FileNotFoundError:
             raise PlacementError(f"placement file not found: {path}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise PlacementError(f"placement file {path} is not valid JSON: {err}") from None
+            raise PlacementError(f"placement file {path} is not valid JSON: "
+                                 f"{error_message(err)}") from None
         except OSError as err:
             raise PlacementError(f"cannot read placement file {path}: {err.strerror}") from None
         return cls.from_json(data, path)

@@ -9,7 +9,9 @@ from .common import add_device_args, add_model_args, parse_input_shapes, print_j
 def register(subparsers) -> None:
     parser = subparsers.add_parser("inspect", help="list a model's operator-level layers",
                                    description="Split a model into operator-level layers (one "
-                                               "fused operator group each) and list them.")
+                                               "fused operator group each) and list them, as "
+                                               "a build for the devices given has them "
+                                               "(default: the host CPU, cpu).")
     add_model_args(parser)
     add_device_args(parser, required=False)
     parser.add_argument("--json", action="store_true", help="print the layers as JSON")

@@ -132,7 +132,7 @@ class RPCRunner(Runner):
                                                f"{self.tracker}: {reason}")
         except (RuntimeError, ValueError) as err:
             return MeasureResult(ErrorKind.RUN_ERROR,
-                                 message=f"RPC tracker at {self.tracker}: {err}")
+                                 message=f"RPC tracker at {self.tracker}: {error_message(err)}")
         servers = [info for info in summary.get("server_info", [])
                    if info.get("key") == "server:" + self.key]
         if not servers:
@@ -159,7 +159,8 @@ class RPCRunner(Runner):
             out = {"error": ErrorKind.RUN_TIMEOUT.value,
                    "message": f"RPC client killed after {limit:g} s"}
         except ChildProcessError as err:
-            out = {"error": ErrorKind.RUN_ERROR.value, "message": f"RPC client crashed: {err}"}
+            out = {"error": ErrorKind.RUN_ERROR.value, "message": f"RPC client crashed: "
+                                                        f"{error_message(err)}"}
         except Exception as err:  # anything else is still this candidate's result
             out = {"error": ErrorKind.RUN_ERROR.value, "message": error_message(
                 err, with_type=True, max_chars=MAX_MESSAGE_CHARS)}

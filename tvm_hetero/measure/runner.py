@@ -169,7 +169,8 @@ class LocalRunner(Runner):
                                  message=f"killed after {self.timeout_s:g} s",
                                  build_s=build.build_s, run_s=time.perf_counter() - start)
         except ChildProcessError as err:
-            return MeasureResult(ErrorKind.RUN_ERROR, message=f"worker crashed: {err}",
+            return MeasureResult(ErrorKind.RUN_ERROR,
+                                 message=f"worker crashed: {error_message(err)}",
                                  build_s=build.build_s, run_s=time.perf_counter() - start)
         except Exception as err:  # any error inside the run is the candidate's result
             return MeasureResult(ErrorKind.RUN_ERROR, message=error_message(

@@ -128,7 +128,7 @@ class TuningDatabase:
                 raise ValueError("not a tvm_hetero tuning database")
             return data["kernels"]
         except (OSError, ValueError) as err:
-            raise HeteroError(f"unreadable tuning database {path}: {err}") from err
+            raise HeteroError(f"unreadable tuning database {path}: {error_message(err)}") from err
 
     def save_choices(self) -> None:
         path = os.path.join(self.path, CHOICES_FILE)
