@@ -14,6 +14,7 @@ from typing import Callable
 from ..errors import error_message
 from ..placement import Placement
 from . import worker
+from .pool import WorkerPool
 from .result import MAX_MESSAGE_CHARS, BuildResult, ErrorKind
 from .task import MeasureTask
 
@@ -63,23 +64,15 @@ class LocalBuilder(Builder):
         self.n_parallel = n_parallel or host_num_cores()
         self.timeout_s = timeout_s
         self.f_build = f_build or worker.build_candidate
-        self._pool = None
-
-    def _executor(self):
-        if self._pool is None:
-            from tvm.support.popen_pool import PopenPoolExecutor
-
-            self._pool = PopenPoolExecutor(max_workers=self.n_parallel, timeout=self.timeout_s)
-        return self._pool
+        self._pool = WorkerPool(self.n_parallel, timeout_s)
 
     def build(self, task: MeasureTask, placements: list[Placement]) -> list[BuildResult]:
         out_dir = os.path.join(task.workdir, "candidates")
         os.makedirs(out_dir, exist_ok=True)
-        pool = self._executor()
         futures = []
         for placement in placements:
             path = os.path.join(out_dir, placement_key(placement) + ".so")
-            futures.append((path, time.perf_counter(), pool.submit(
+            futures.append((path, time.perf_counter(), self._pool.submit(
                 self.f_build, task.model_file, task.input_shapes,
                 task.devices.to_json(), placement.assignment, path)))
         results = []

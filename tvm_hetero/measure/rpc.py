@@ -32,6 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import error_message
+from .pool import WorkerPool
 from .result import MAX_MESSAGE_CHARS, BuildResult, ErrorKind, MeasureResult
 from .runner import Runner
 from .task import MeasureTask
@@ -89,20 +90,12 @@ class RPCRunner(Runner):
         self.repeat = int(repeat)
         self.min_repeat_ms = float(min_repeat_ms)
         self.f_run = f_run or measure_remote
-        self._pool = None
+        # a request waits at most one session timeout, the session lasts at most another
+        self._pool = WorkerPool(1, 2 * self.session_timeout_s + WORKER_SLACK_S)
 
     @property
     def tracker(self) -> str:
         return f"{self.tracker_host}:{self.tracker_port}"
-
-    def _executor(self):
-        if self._pool is None:
-            from tvm.support.popen_pool import PopenPoolExecutor
-
-            # a request waits at most one session timeout, the session lasts at most another
-            timeout = 2 * self.session_timeout_s + WORKER_SLACK_S
-            self._pool = PopenPoolExecutor(max_workers=1, timeout=timeout)
-        return self._pool
 
     def run(self, task: MeasureTask, builds: list[BuildResult]) -> list[MeasureResult]:
         results: list[MeasureResult] = []
@@ -148,7 +141,7 @@ class RPCRunner(Runner):
 
     def _run_one(self, task: MeasureTask, build: BuildResult) -> MeasureResult:
         start = time.perf_counter()
-        future = self._executor().submit(
+        future = self._pool.submit(
             self.f_run, os.path.abspath(build.artifact), self.tracker_host,
             self.tracker_port, self.key, self.priority, self.session_timeout_s,
             task.inputs_file, task.reference_file, self.warmup, self.repeat, self.min_repeat_ms)

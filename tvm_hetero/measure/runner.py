@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 from . import worker
+from .pool import WorkerPool
 from ..errors import error_message
 from .result import MAX_MESSAGE_CHARS, BuildResult, ErrorKind, MeasureResult
 from .task import MeasureTask
@@ -100,14 +101,7 @@ class LocalRunner(Runner):
         self.screen = screen
         self.f_run = f_run or worker.run_candidate
         self._best_ms: dict[str, float] = {}  # task work directory -> fastest median seen
-        self._pool = None
-
-    def _executor(self):
-        if self._pool is None:
-            from tvm.support.popen_pool import PopenPoolExecutor
-
-            self._pool = PopenPoolExecutor(max_workers=1, timeout=self.timeout_s)
-        return self._pool
+        self._pool = WorkerPool(1, timeout_s)
 
     def run(self, task: MeasureTask, builds: list[BuildResult]) -> list[MeasureResult]:
         return [self._run_one(task, build) for build in builds]
@@ -116,8 +110,6 @@ class LocalRunner(Runner):
                rounds: int) -> list[MeasureResult]:
         """All candidates loaded into one worker process and timed there alternately (see
         :meth:`Runner.retime`); the worker may take `timeout_s` per candidate."""
-        from tvm.support.popen_pool import PopenPoolExecutor
-
         results: dict[int, MeasureResult] = {}
         ready = [(i, b) for i, b in enumerate(builds) if b.error == ErrorKind.NONE]
         for index, build in enumerate(builds):
@@ -125,7 +117,7 @@ class LocalRunner(Runner):
                 results[index] = MeasureResult(build.error, message=build.message,
                                                build_s=build.build_s)
         if ready:
-            pool = PopenPoolExecutor(max_workers=1, timeout=self.timeout_s * len(ready))
+            pool = WorkerPool(1, self.timeout_s * len(ready))
             try:
                 future = pool.submit(worker.retime_candidates, [b.artifact for _, b in ready],
                                      task.devices.to_json(), task.inputs_file,
@@ -159,7 +151,7 @@ class LocalRunner(Runner):
         best = self._best_ms.get(task.workdir)
         slow_ms = max(best * self.screen, self.screen_floor_ms) \
             if best is not None and self.screen is not None else None
-        future = self._executor().submit(
+        future = self._pool.submit(
             self.f_run, build.artifact, task.devices.to_json(), task.inputs_file,
             task.reference_file, self.warmup, self.repeat, self.min_repeat_ms, slow_ms)
         try:
