@@ -132,3 +132,24 @@ def test_report_needs_only_the_records_when_tune_wrote_their_header(tmp_path, ca
     out, err = capsys.readouterr()
     assert code == 0 and json.loads(out)["best_single_device"]["device"] == "cpu-generic"
     assert json.loads(out)["placement"] == {n: "cpu-generic" for n in summary["placement"]}
+
+
+def test_the_report_takes_the_layers_of_a_build_for_its_devices(tmp_path):
+    """Without layers given, write_report prepares the model for its devices, as the search
+    measured it: an AVX2 CPU (8 lanes) pads no channel of a 168-channel convolution, the
+    AVX-512 host's preparation (16 lanes) would (this host: see the README's CPU)."""
+    from conftest import conv_chain
+
+    from tvm_hetero.search import tune
+    from tvm_hetero.testing import FakeBuilder, FakeRunner
+
+    devices = th.DeviceSet.parse(['{"kind": "llvm", "mcpu": "haswell"}', "cpu-generic"])
+    model = th.load_model(conv_chain(168, 8))
+    records = str(tmp_path / "r.jsonl")
+    tune(model, devices, trials=4, strategy="exhaustive", records=records,
+         workdir=str(tmp_path / "w"), builder=FakeBuilder(), runner=FakeRunner(lambda p: 1.0),
+         use_profile=False, retime=0)
+    summary = th.write_report(str(tmp_path / "report"), model, devices, records)
+    layers = th.extract_layers(model, th.PrepareConfig.for_devices(devices))
+    assert [row["param_bytes"] for row in summary["layers"]] == \
+        [layer.param_bytes for layer in layers]

@@ -151,6 +151,9 @@ def write_report(out_dir: str, model, devices: DeviceSet, records: str, profile=
                  layers: list[Layer] | None = None) -> dict[str, Any]:
     """Write ``report.md``, ``placement.png`` and ``search.png`` for a records file.
 
+    `layers` are the model's layers for `devices` (by default extracted with
+    ``PrepareConfig.for_devices(devices)``, as the search measured them).
+
     Returns
     -------
     dict
@@ -158,8 +161,9 @@ def write_report(out_dir: str, model, devices: DeviceSet, records: str, profile=
     """
     from .errors import HeteroError
     from .layers import extract_layers
+    from .prepare import PrepareConfig
 
-    layers = layers or extract_layers(model)
+    layers = layers or extract_layers(model, PrepareConfig.for_devices(devices))
     database = Database(records, model.fingerprint(), devices.fingerprint())
     best = database.best(layers, devices)
     if best is None:
