@@ -78,7 +78,9 @@ def check_placement(data, name: str) -> None:
                                f"{placement.assignment} on {order}")
 
 
-@pytest.mark.parametrize("name", ZOO + LIGHT)
+# the light graphs' random placements are test_build's (squeezenet, bvlc_alexnet) in the
+# default run; here with the slow variants
+@pytest.mark.parametrize("name", ZOO)
 @settings(max_examples=4, **COMMON)
 @given(data=st.data())
 def test_any_placement_matches_onnxruntime(name, data):

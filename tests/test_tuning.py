@@ -16,9 +16,9 @@ from conftest import zoo
 
 @pytest.fixture(scope="module")
 def tuned_db(tmp_path_factory):
-    """zoo:mlp's kernels on cpu, tuned with a few real MetaSchedule trials each."""
+    """zoo:mlp's kernels on cpu, tuned with one round of 4 real MetaSchedule trials."""
     path = tmp_path_factory.mktemp("tuning")
-    summary = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=12,
+    summary = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=4,
                            database=str(path), trials_per_iter=4)
     return path, summary
 
