@@ -140,3 +140,12 @@ def test_embedding_lookup_past_the_vocabulary_is_one_error_line_from_run(tmp_pat
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1, err
     assert lines[0].startswith("Error: out-of-range index") and "Gather" in lines[0]
+
+
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_every_kernel_of_a_checked_model_can_be_profiled(op):
+    # kernels are timed alone on random arguments: an index check's bounds must hold them
+    model = th.load_model(CASES[op][0], name=op)
+    layers = th.extract_layers(model)
+    profile = th.profile_model(model, layers, th.DeviceSet.parse(["cpu"]))
+    assert all(profile.layer_ms[layer.name]["cpu"] > 0 for layer in layers)

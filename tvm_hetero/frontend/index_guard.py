@@ -20,6 +20,9 @@ from ..errors import ModelError
 #: The start of the message of every failed index check (see CompiledModel.run).
 OUT_OF_RANGE = "out-of-range index"
 
+#: The attribute that marks a check kernel; its value is the position of the bounds parameter.
+BOUNDS_PARAM_ATTR = "tvm_hetero.index_bounds_param"
+
 
 def _guard_func(shape: tuple[int, ...], dtype: str, bounds: tuple[int, ...], message: str):
     from tvm.script import tirx as T
@@ -31,7 +34,8 @@ def _guard_func(shape: tuple[int, ...], dtype: str, bounds: tuple[int, ...], mes
     # loops: tir.is_scheduled keeps the schedule rules away); bound j checks column j
     @T.prim_func(private=True, check_well_formed=False)
     def guard(idx_in: T.handle, bounds_in: T.handle, idx_out: T.handle):
-        T.func_attr({"tir.noalias": True, "tir.is_scheduled": True})
+        T.func_attr({"tir.noalias": True, "tir.is_scheduled": True,
+                     "tvm_hetero.index_bounds_param": 1})
         src = T.match_buffer(idx_in, shape, dtype)
         limit = T.match_buffer(bounds_in, (cols,), "int32")
         dst = T.match_buffer(idx_out, shape, dtype)

@@ -6,17 +6,26 @@ from __future__ import annotations
 import numpy as np
 
 from ..devices import Device, DeviceSet, use_every_cpu_thread
+from ..frontend.index_guard import BOUNDS_PARAM_ATTR
 from .pass_ import schedule_passes
 
 
-def _random_tensor(shape, dtype, dev, rng):
+def _random_tensor(shape, dtype, dev, rng, low: int = 0, high: int = 4):
     import tvm
 
     if np.issubdtype(np.dtype(dtype), np.integer):
-        data = rng.integers(0, 4, size=shape).astype(dtype)
+        data = rng.integers(low, high, size=shape).astype(dtype)
     else:
         data = rng.standard_normal(shape).astype(dtype)
     return tvm.runtime.tensor(data, dev)
+
+
+def _bounds_param(func) -> int | None:
+    """The bounds parameter's position in an index-check kernel (None for other kernels)."""
+    attrs = func.attrs
+    if attrs is None or BOUNDS_PARAM_ATTR not in attrs:
+        return None
+    return int(attrs[BOUNDS_PARAM_ATTR])
 
 
 def kernel_for(func, device: Device, chosen: dict | None = None):
@@ -42,9 +51,12 @@ def time_kernel(lib, func, device: Device, repeat: int = 3, min_repeat_ms: int =
     dev = device.runtime_device()
     rng = np.random.default_rng(seed)
     args = []
-    for param in func.params:  # TVM 0.27: a buffer parameter's type is its BufferType
+    bounds = _bounds_param(func)  # index checks: bounds above the random indices (in [0, 4))
+    for position, param in enumerate(func.params):  # TVM 0.27: a param's type is its BufferType
         buf = param.ty
-        args.append(_random_tensor([int(d) for d in buf.shape], str(buf.dtype), dev, rng))
+        low, high = (4, 1 << 16) if position == bounds else (0, 4)
+        args.append(_random_tensor([int(d) for d in buf.shape], str(buf.dtype), dev, rng,
+                                   low, high))
     timer = lib.time_evaluator("main", dev, number=1, repeat=repeat,
                                min_repeat_ms=int(min_repeat_ms))
     return float(np.median(timer(*args).results)) * 1e3
