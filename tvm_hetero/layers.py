@@ -168,6 +168,8 @@ _STRUCTURAL_OPS = ("relax.to_vdevice", "relax.hint_on_device", "relax.memory.vie
 #: output shape depends on input values: they run on the host CPU inside the VM (numpy for
 #: nonzero and unique), allocate their output there, and are no layer (no kernel to place)
 HOST_BUILTINS = ("relax.run.nonzero", "relax.run.unique", "vm.builtin.tensor_to_shape")
+#: those of HOST_BUILTINS that return tensors (allocated on the host CPU: cpu(0))
+HOST_ALLOCATING = ("relax.run.nonzero", "relax.run.unique")
 #: the ``main`` attribute with the upper bounds of its symbolic dimensions (TVM's own)
 UPPER_BOUND_ATTR = "tir_var_upper_bound"
 
@@ -298,7 +300,7 @@ def _bounded(dim, bounds: dict[str, int]):
 
     analyzer = Analyzer()
     for var in tvm.tirx.analysis.undefined_vars(dim):
-        analyzer.bind(var, tvm.tirx.const(bounds.get(var.name, 1), var.dtype))
+        analyzer.bind(var, tvm.tirx.const(bounds.get(var.name, 1), "int64"))  # shape dims
     value = analyzer.simplify(dim)
     if not isinstance(value, tvm.tirx.IntImm):
         raise ModelError(f"a layer has a dimension {dim} of no known bound")
