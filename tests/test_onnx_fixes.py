@@ -267,3 +267,28 @@ def test_one_executable_gives_nonzero_outputs_of_any_length():
     for x in (np.zeros((2, 3), np.float32), np.eye(2, 3, dtype=np.float32),
               np.ones((2, 3), np.float32)):
         np.testing.assert_array_equal(compiled.run([x])[0], np.array(np.nonzero(x)))
+
+
+def test_a_layer_whose_shape_depends_on_input_values_is_profiled_at_its_upper_bound():
+    from tvm_hetero.devices import DeviceSet
+    from tvm_hetero.layers import bounded_kernel, layered_module, upper_bounds
+    from tvm_hetero.profiles import profile_model
+
+    model_proto, inputs, _ = onnx_node_case("test_compress_0")
+    model = th.load_model(model_proto)
+    layers = th.extract_layers(model)
+    mod = layered_module(model)
+    take = bounded_kernel(mod[mod.get_global_var("take")], upper_bounds(mod))
+    assert [[int(d) for d in p.ty.shape] for p in take.params] == [[3, 2], [3], [3, 2]]
+    profile = profile_model(model, layers, DeviceSet.parse(["cpu"]))
+    assert all(profile.layer_ms[layer.name]["cpu"] > 0 for layer in layers)
+
+
+# ONNX's results for shifts by a negative amount or by the bit width or more (LLVM leaves them
+# undefined: the vectorized cpu-generic kernel returned the input); cosh and sinh, which TVM
+# lowers for LLVM on scalars only (injective-lanes vectorized them: "unknown intrinsic")
+@pytest.mark.parametrize("name", ["test_bitshift_left_int8_negative_shift", "test_cosh",
+                                  "test_sinh"])
+@pytest.mark.parametrize("device", ["cpu", "cpu-generic"])
+def test_a_node_case_runs_on_each_cpu_device(name, device):
+    run_node_case(name, (device,))

@@ -307,6 +307,31 @@ def _bounded(dim, bounds: dict[str, int]):
     return max(int(value), 0)
 
 
+def bounded_kernel(func, bounds: dict[str, int]):
+    """A layer's PrimFunc with each symbolic dimension fixed at its upper bound in `bounds` (1
+    without one): the kernel a profile times for a layer whose shapes depend on input values;
+    ``func`` itself when its shapes are static."""
+    import tvm
+
+    while True:  # one parameter at a time: specializing a scalar drops it
+        for param in func.params:
+            shape = getattr(param.ty, "shape", None)
+            if shape is not None:  # a buffer
+                if all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+                    continue
+                dims = [d if isinstance(d, tvm.tirx.IntImm) else _bounded(d, bounds)
+                        for d in shape]
+                func = func.specialize({param: tvm.tirx.decl_buffer(
+                    dims, param.ty.dtype, elem_offset=param.ty.elem_offset)})
+                break
+            if "int" in str(getattr(param.ty, "dtype", "")):  # a symbolic dimension passed in
+                func = func.specialize({param: tvm.tirx.const(bounds.get(param.name, 1),
+                                                              str(param.ty.dtype))})
+                break
+        else:
+            return func
+
+
 def _tensor_infos(ty, bounds: dict[str, int] | None = None) -> list[TensorInfo]:
     """Shapes and dtypes of a type's tensors; a symbolic dimension (an output shape that
     depends on input values) counts as its upper bound in `bounds`, or 1 where it has none."""
@@ -442,7 +467,8 @@ def extract_layers(mod, config=None) -> list[Layer]:
                 act_inputs.extend(_tensor_infos(arg.ty, bounds))
         if gv.name_hint not in flops_cache:
             try:
-                flops_cache[gv.name_hint] = float(estimate_tir_flops(tvm.IRModule({gv: func})))
+                flops_cache[gv.name_hint] = float(estimate_tir_flops(tvm.IRModule(
+                    {gv: bounded_kernel(func, bounds)})))
             except Exception as err:  # the estimator rejects some loop forms
                 logger.debug("no FLOP estimate for %s: %s", gv.name_hint, err)
                 flops_cache[gv.name_hint] = 0.0

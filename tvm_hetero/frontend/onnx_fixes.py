@@ -274,6 +274,40 @@ def _data_dependent_shape(importer, inputs, attrs, opset):
     return result
 
 
+# --- BitShift -------------------------------------------------------------------------------
+# test_bitshift_left_int8_negative_shift: a shift by a negative amount or by the bit width or
+# more gives 0 in ONNX (RIGHT of a negative signed value: -1). TVM's converter emits the bare
+# shift, which LLVM leaves undefined there: a vectorized kernel (cpu-generic) returned the
+# input unchanged. The amounts out of range are replaced by 0 and their results by ONNX's.
+@fix("BitShift")
+def _bit_shift(importer, inputs, attrs, opset):
+    from tvm import relax
+
+    data, amount = inputs
+    if not all(isinstance(v.ty, relax.TensorType) for v in (data, amount)) or \
+            all(_constant(v) is not None for v in (data, amount)):
+        return None  # constants and shapes: TVM's converter folds them
+    dtype = str(data.ty.dtype)
+    bits = np.iinfo(np.dtype(dtype)).bits
+    zero = relax.const(0, str(amount.ty.dtype))
+    valid = relax.op.logical_and(
+        relax.op.greater_equal(amount, zero),
+        relax.op.less(amount, relax.const(bits, str(amount.ty.dtype))))
+    safe = relax.op.where(valid, amount, zero)
+    direction = attrs.get("direction", b"LEFT")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction == "RIGHT":
+        shifted = relax.op.right_shift(data, safe)
+        fill = relax.const(0, dtype)
+        if np.issubdtype(np.dtype(dtype), np.signedinteger):
+            fill = relax.op.where(relax.op.less(data, relax.const(0, dtype)),
+                                  relax.const(-1, dtype), relax.const(0, dtype))
+    else:
+        shifted = relax.op.left_shift(data, safe)
+        fill = relax.const(0, dtype)
+    return relax.op.where(valid, shifted, fill)
+
+
 # --- Expand -------------------------------------------------------------------------------
 # test_expand_shape_model{1..4}: the target shape is a model input (its values are known at
 # run time only) and may have fewer dimensions than the data. tvm_hetero compiles static
