@@ -252,6 +252,8 @@ def test_a_data_dependent_dimension_counts_as_its_upper_bound_in_the_layers():
     model, layers = run_node_case("test_compress_0")  # (3, 2) data, a condition of 3
     assert model.mod["main"].attrs["tir_var_upper_bound"]["num_nonzero"] == 3
     assert [t.shape for layer in layers for t in layer.outputs] == [(3,), (3, 2)]
+    # the count comes from the condition, through the host builtin: its first layer reads it
+    assert layers[0].model_inputs == ["condition"]
 
 
 def test_one_executable_gives_nonzero_outputs_of_any_length():

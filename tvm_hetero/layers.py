@@ -436,6 +436,7 @@ def extract_layers(mod, config=None) -> list[Layer]:
     if not is_layered(mod):
         mod = prepare(mod, config)
     producers: dict[Any, list[str]] = {}  # var -> layers whose outputs it holds
+    carried: dict[Any, list[str]] = {}  # var of a structural binding -> model inputs it reads
     params = {p: p.name for p in mod["main"].params}
     flops_cache: dict[str, float] = {}
     layers: list[Layer] = []
@@ -447,13 +448,13 @@ def extract_layers(mod, config=None) -> list[Layer]:
         for var in relax.analysis.free_vars(expr):
             if var in params:
                 inputs.append(params[var])
+            inputs.extend(carried.get(var, []))  # through a host builtin, a tuple, a cast
             preds.extend(producers.get(var, []))
         return list(dict.fromkeys(preds)), list(dict.fromkeys(inputs))
 
     for binding, info in classify_bindings(mod):
         if info is None:
-            preds, _ = sources(binding.value)
-            producers[binding.var] = preds
+            producers[binding.var], carried[binding.var] = sources(binding.value)
             continue
         index, name, kinds = info
         call = binding.value
