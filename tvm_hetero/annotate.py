@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import re
 
+import logging
+
 from .errors import PlacementError
-from .layers import classify_bindings, is_layered
+from .layers import HOST_ALLOCATING, classify_bindings, host_builtin, is_layered
+
+logger = logging.getLogger(__name__)
 
 WEIGHTS_FUNC = "hetero_weights"
 
@@ -95,8 +99,21 @@ class _Rewrite:
             return self.dev_of.get(expr)
         if isinstance(expr, relax.TupleGetItem) and expr.tuple_value in self.tuple_fields:
             return self._device_of_expr(self.tuple_fields[expr.tuple_value][expr.index])
+        if isinstance(expr, relax.Call) and host_builtin(expr) in HOST_ALLOCATING:
+            return None
         found = {self.dev_of.get(v) for v in relax.analysis.free_vars(expr)}
         return found.pop() if len(found) == 1 else None
+
+    def _value_device(self, value, name: str):
+        """Device index of a bound (new) value that is no layer; None when unknown."""
+        builtin = host_builtin(value)
+        if builtin is not None and builtin in HOST_ALLOCATING:
+            # numpy inside the VM: the result is allocated on the host CPU whatever the
+            # devices, so each layer reading it gets its own copy (device unknown: None)
+            logger.info("%s (%s) runs on the host CPU inside the VM; its output is copied to "
+                        "the device of each layer that reads it", name, builtin)
+            return None
+        return self._device_of_expr(value)
 
     def _on_device(self, bb, expr, device: int):
         """`expr` (already remapped) as a value on `device`, copying at most once."""
@@ -107,12 +124,13 @@ class _Rewrite:
             if self.lift_weights:
                 return self.lifted_params[(expr, device)]
             key = (expr, device)
-        elif isinstance(expr, relax.Var):
+        elif isinstance(expr, relax.Var) and isinstance(expr.ty, (relax.TensorType,
+                                                                  relax.TupleType)):
             if self.dev_of.get(expr) == device:
                 return expr
             key = (expr, device)
         else:
-            return expr  # shapes and prim values need no device
+            return expr  # shapes and prim values (symbolic dimensions) need no device
         if key not in self.copies:
             self.copies[key] = bb.emit(relax.op.to_vdevice(expr, self.vdevices[device]))
             if isinstance(expr, relax.Var):
@@ -190,8 +208,10 @@ class _Rewrite:
         if isinstance(binding, relax.MatchCast):
             value = substitute_vars(binding.value, self.var_map)
             new = bb.match_cast(value, binding.ty, binding.var.name)
+            if is_output and bb.current_block_is_dataflow():
+                new = bb.emit_output(new, name_hint=binding.var.name)
             self.var_map[binding.var] = new
-            self.dev_of[new] = self._device_of_expr(value)
+            self.dev_of[new] = self._value_device(value, binding.var.name)
             return new
         if info is None:
             value = substitute_vars(binding.value, self.var_map)
@@ -199,21 +219,21 @@ class _Rewrite:
             self.var_map[binding.var] = new
             if isinstance(value, relax.Tuple):
                 self.tuple_fields[new] = list(value.fields)
-            self.dev_of[new] = self._device_of_expr(value)
+            self.dev_of[new] = self._value_device(value, binding.var.name)
             return new
         _, layer_name, _ = info
         device = self.layer_device[layer_name]
         call = binding.value
         args = [self._on_device(bb, substitute_vars(arg, self.var_map), device)
                 for arg in call.args[1].fields]
-        if len(call.args) > 2:
-            raise PlacementError(f"layer {layer_name} passes symbolic shape variables to TIR; "
-                                 "tvm_hetero needs static shapes")
         out_ty = self._with_vdevice(call.ty_args[0] if len(call.ty_args) else call.ty, device)
         if isinstance(out_ty, relax.TupleType):
             out_ty = list(out_ty.fields)
         callee = self._callee_for(call.args[0], device)
         new_call = relax.call_tir(callee, args, out_ty)
+        if len(call.args) > 2:  # the symbolic dimensions the kernel takes (tir_vars)
+            new_call = relax.Call(new_call.op, [*new_call.args, call.args[2]], new_call.attrs,
+                                  new_call.ty_args)
         new = emit(new_call, name_hint=binding.var.name)
         self.var_map[binding.var] = new
         self.dev_of[new] = device

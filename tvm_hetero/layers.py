@@ -164,6 +164,14 @@ def layered_module(model, config=None):
 # bindings of a layered main that are not layers: structure the VM handles without kernels
 _STRUCTURAL_OPS = ("relax.to_vdevice", "relax.hint_on_device", "relax.memory.view",
                    "relax.memory.ensure_zero_offset", "relax.builtin.stop_lift_params")
+#: run-time functions that TVM's legalization calls (``call_pure_packed``) for the ops whose
+#: output shape depends on input values: they run on the host CPU inside the VM (numpy for
+#: nonzero and unique), allocate their output there, and are no layer (no kernel to place)
+HOST_BUILTINS = ("relax.run.nonzero", "relax.run.unique", "vm.builtin.tensor_to_shape")
+#: those of HOST_BUILTINS that return tensors (allocated on the host CPU: cpu(0))
+HOST_ALLOCATING = ("relax.run.nonzero", "relax.run.unique")
+#: the ``main`` attribute with the upper bounds of its symbolic dimensions (TVM's own)
+UPPER_BOUND_ATTR = "tir_var_upper_bound"
 
 
 def main_bindings(mod):
@@ -176,9 +184,22 @@ def main_bindings(mod):
     return [b for block in main.body.blocks for b in block.bindings]
 
 
+def host_builtin(value) -> str | None:
+    """The name of the :data:`HOST_BUILTINS` function a binding's value calls, else None."""
+    import tvm
+    from tvm import relax
+
+    if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+            and value.op.name == "relax.call_pure_packed" and value.args
+            and isinstance(value.args[0], relax.ExternFunc)
+            and str(value.args[0].global_symbol) in HOST_BUILTINS):
+        return str(value.args[0].global_symbol)
+    return None
+
+
 def unlowered_calls(mod) -> list[str]:
-    """The calls in ``main`` that are neither a ``call_tir`` nor structural: op names, or the
-    names of (not yet fused into TIR) Relax functions."""
+    """The calls in ``main`` that are neither a ``call_tir``, structural nor a host builtin:
+    op names, or the names of (not yet fused into TIR) Relax functions."""
     import tvm
     from tvm import relax
 
@@ -186,6 +207,8 @@ def unlowered_calls(mod) -> list[str]:
     found = []
     for binding in main_bindings(mod):
         value = binding.value
+        if host_builtin(value):
+            continue
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
             if not value.op.same_as(call_tir) and value.op.name not in _STRUCTURAL_OPS:
                 found.append(value.op.name)
@@ -194,21 +217,139 @@ def unlowered_calls(mod) -> list[str]:
     return found
 
 
+def layer_output_test(mod):
+    """A predicate on expressions of ``main``: whether the tensor is a layer's output (a
+    ``call_tir`` result, through aliases and tuple fields)."""
+    import tvm
+    from tvm import relax
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    bound = {b.var: b.value for b in main_bindings(mod)}
+
+    def from_layer(expr) -> bool:
+        while isinstance(expr, relax.Var) and isinstance(bound.get(expr), relax.Var):
+            expr = bound[expr]  # an alias
+        value = bound.get(expr) if isinstance(expr, relax.Var) else expr
+        if isinstance(value, relax.TupleGetItem):
+            inner = value.tuple_value
+            while isinstance(inner, relax.Var) and isinstance(bound.get(inner), relax.Var):
+                inner = bound[inner]
+            if isinstance(bound.get(inner), relax.Tuple):  # a field of a tuple literal
+                return from_layer(bound[inner].fields[value.index])
+            return from_layer(inner)
+        return isinstance(value, relax.Call) and value.op.same_as(call_tir)
+
+    return from_layer
+
+
+def output_tensors(mod) -> list:
+    """The tensors ``main`` returns, its result flattened through tuples (tuple literals
+    followed through their bindings), as expressions of ``main``."""
+    from tvm import relax
+
+    main = mod["main"]
+    bound = {b.var: b.value for b in main_bindings(mod)}
+    result = main.body.body if isinstance(main.body, relax.SeqExpr) else main.body
+    found: list = []
+
+    def visit(expr, ty) -> None:
+        if isinstance(ty, relax.TupleType):
+            literal = expr
+            while isinstance(literal, relax.Var) and isinstance(bound.get(literal),
+                                                                (relax.Var, relax.Tuple)):
+                literal = bound[literal]
+            fields = list(literal.fields) if isinstance(literal, relax.Tuple) else [
+                relax.TupleGetItem(expr, i) for i in range(len(ty.fields))]
+            for field_expr, field_ty in zip(fields, ty.fields):
+                visit(field_expr, field_ty)
+        elif isinstance(ty, relax.TensorType):
+            found.append(expr)
+
+    visit(result, result.ty)
+    return found
+
+
+def outputs_without_layer(mod) -> list[int]:
+    """Positions in :func:`output_tensors` of the tensors that no layer computes: a constant,
+    a model input, an ``If`` whose branches hold constants, a host builtin's result."""
+    from tvm import relax
+
+    if not isinstance(mod["main"], relax.Function):
+        return []
+    from_layer = layer_output_test(mod)
+    return [i for i, expr in enumerate(output_tensors(mod)) if not from_layer(expr)]
+
+
 def is_layered(mod) -> bool:
-    """Whether every op call in ``main`` is a ``call_tir`` (or structural): i.e. prepared."""
-    return not unlowered_calls(mod)
+    """Whether every op call in ``main`` is a ``call_tir`` (or structural, or a host builtin)
+    and every tensor it returns is a layer's output: i.e. prepared."""
+    return not unlowered_calls(mod) and not outputs_without_layer(mod)
 
 
-def _tensor_infos(ty) -> list[TensorInfo]:
+def upper_bounds(mod) -> dict[str, int]:
+    """``{symbolic dimension name: upper bound}`` of ``main`` (its ``tir_var_upper_bound``)."""
+    main = mod["main"]
+    bounds = main.attrs.get(UPPER_BOUND_ATTR) if main.attrs is not None else None
+    return {str(name): int(value) for name, value in (bounds or {}).items()}
+
+
+def _bounded(dim, bounds: dict[str, int]):
+    """A symbolic dimension with each variable replaced by its upper bound (1 without one)."""
+    import tvm
+    from tvm.sym import Analyzer
+
+    analyzer = Analyzer()
+    for var in tvm.tirx.analysis.undefined_vars(dim):
+        analyzer.bind(var, tvm.tirx.const(bounds.get(var.name, 1), "int64"))  # shape dims
+    value = analyzer.simplify(dim)
+    if not isinstance(value, tvm.tirx.IntImm):
+        raise ModelError(f"a layer has a dimension {dim} of no known bound")
+    return max(int(value), 0)
+
+
+def bounded_kernel(func, bounds: dict[str, int]):
+    """A layer's PrimFunc with each symbolic dimension fixed at its upper bound in `bounds` (1
+    without one): the kernel a profile times for a layer whose shapes depend on input values;
+    ``func`` itself when its shapes are static."""
+    import tvm
+
+    while True:  # one parameter at a time: specializing a scalar drops it
+        for param in func.params:
+            shape = getattr(param.ty, "shape", None)
+            if shape is not None:  # a buffer
+                if all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+                    continue
+                dims = [d if isinstance(d, tvm.tirx.IntImm) else _bounded(d, bounds)
+                        for d in shape]
+                func = func.specialize({param: tvm.tirx.decl_buffer(
+                    dims, param.ty.dtype, elem_offset=param.ty.elem_offset)})
+                break
+            if "int" in str(getattr(param.ty, "dtype", "")):  # a symbolic dimension passed in
+                func = func.specialize({param: tvm.tirx.const(bounds.get(param.name, 1),
+                                                              str(param.ty.dtype))})
+                break
+        else:
+            return func
+
+
+def _tensor_infos(ty, bounds: dict[str, int] | None = None) -> list[TensorInfo]:
+    """Shapes and dtypes of a type's tensors; a symbolic dimension (an output shape that
+    depends on input values) counts as its upper bound in `bounds`, or 1 where it has none."""
+    import tvm
     from tvm import relax
 
     if isinstance(ty, relax.TensorType):
         if ty.shape is None:
-            raise ModelError("a layer has a tensor of unknown shape; tvm_hetero needs static "
+            raise ModelError("a layer has a tensor of unknown rank; tvm_hetero needs known "
                              "shapes")
-        return [TensorInfo(tuple(int(d) for d in ty.shape.values), str(ty.dtype))]
+        dims = []
+        for dim in ty.shape.values:
+            if not isinstance(dim, tvm.tirx.IntImm):
+                dim = _bounded(dim, bounds or {})
+            dims.append(int(dim))
+        return [TensorInfo(tuple(dims), str(ty.dtype))]
     if isinstance(ty, relax.TupleType):
-        return [info for field_ty in ty.fields for info in _tensor_infos(field_ty)]
+        return [info for field_ty in ty.fields for info in _tensor_infos(field_ty, bounds)]
     return []
 
 
@@ -295,9 +436,11 @@ def extract_layers(mod, config=None) -> list[Layer]:
     if not is_layered(mod):
         mod = prepare(mod, config)
     producers: dict[Any, list[str]] = {}  # var -> layers whose outputs it holds
+    carried: dict[Any, list[str]] = {}  # var of a structural binding -> model inputs it reads
     params = {p: p.name for p in mod["main"].params}
     flops_cache: dict[str, float] = {}
     layers: list[Layer] = []
+    bounds = upper_bounds(mod)
 
     def sources(expr) -> tuple[list[str], list[str]]:
         """(producing layers, model inputs) of the vars an expression reads."""
@@ -305,13 +448,13 @@ def extract_layers(mod, config=None) -> list[Layer]:
         for var in relax.analysis.free_vars(expr):
             if var in params:
                 inputs.append(params[var])
+            inputs.extend(carried.get(var, []))  # through a host builtin, a tuple, a cast
             preds.extend(producers.get(var, []))
         return list(dict.fromkeys(preds)), list(dict.fromkeys(inputs))
 
     for binding, info in classify_bindings(mod):
         if info is None:
-            preds, _ = sources(binding.value)
-            producers[binding.var] = preds
+            producers[binding.var], carried[binding.var] = sources(binding.value)
             continue
         index, name, kinds = info
         call = binding.value
@@ -322,17 +465,18 @@ def extract_layers(mod, config=None) -> list[Layer]:
             if isinstance(arg, tvm.ir.GenericConst):
                 param_bytes += sum(t.nbytes for t in _tensor_infos(arg.ty))
             else:
-                act_inputs.extend(_tensor_infos(arg.ty))
+                act_inputs.extend(_tensor_infos(arg.ty, bounds))
         if gv.name_hint not in flops_cache:
             try:
-                flops_cache[gv.name_hint] = float(estimate_tir_flops(tvm.IRModule({gv: func})))
+                flops_cache[gv.name_hint] = float(estimate_tir_flops(tvm.IRModule(
+                    {gv: bounded_kernel(func, bounds)})))
             except Exception as err:  # the estimator rejects some loop forms
                 logger.debug("no FLOP estimate for %s: %s", gv.name_hint, err)
                 flops_cache[gv.name_hint] = 0.0
         preds, model_inputs = sources(call.args[1])
         layers.append(Layer(
             name=name, kind=_layer_kind(func, kinds), op_kinds=kinds, func_name=gv.name_hint,
-            inputs=act_inputs, outputs=_tensor_infos(binding.var.ty),
+            inputs=act_inputs, outputs=_tensor_infos(binding.var.ty, bounds),
             flops=flops_cache[gv.name_hint], param_bytes=param_bytes, predecessors=preds,
             model_inputs=model_inputs, index=index,
         ))

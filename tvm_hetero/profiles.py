@@ -144,7 +144,7 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
     progress : callable, optional
         Called with a message per device (the CLI shows it).
     """
-    from .layers import layered_module
+    from .layers import bounded_kernel, layered_module, upper_bounds
     from .prepare import PrepareConfig
 
     model_fp, devices_fp = model.fingerprint(), devices.fingerprint()
@@ -155,6 +155,7 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
             return found
     devices.check_runtime()
     mod = layered_module(model, PrepareConfig.for_devices(devices))
+    bounds = upper_bounds(mod)  # shapes that depend on input values: timed at their bounds
     layer_ms: dict[str, dict[str, float]] = {layer.name: {} for layer in layers}
     for device in devices:
         if progress:
@@ -162,7 +163,7 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
         cache: dict[str, float] = {}
         for layer in layers:
             if layer.func_name not in cache:
-                func = mod[mod.get_global_var(layer.func_name)]
+                func = bounded_kernel(mod[mod.get_global_var(layer.func_name)], bounds)
                 cache[layer.func_name] = time_kernel(*kernel_for(func, device), device)
             layer_ms[layer.name][device.name] = cache[layer.func_name]
     transfer = {(a.name, b.name): measure_transfer(a, b)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import ModelError
+from ..layers import UPPER_BOUND_ATTR
 from .index_guard import guard_indices, static_dims
 
 logger = logging.getLogger(__name__)
@@ -251,15 +252,60 @@ def _squeeze_runtime_axes(importer, inputs, attrs, opset):
 
 
 # node tests test_compress*, test_nonzero*, test_unique*: the output shape depends on the
-# input values, which static shapes cannot hold. One line each. (Range is left to TVM: its
-# bounds are often shapes, which TVM folds.)
+# input values. TVM's converters give symbolic dimensions (the VM allocates the outputs at
+# run time: nonzero and unique run on the host CPU, see layers.HOST_BUILTINS); each symbolic
+# dimension gets an upper bound here, which the layers' byte estimates and TVM's memory
+# planning use (main's tir_var_upper_bound): no more than the elements of the input that
+# decides the count (Compress: its condition; NonZero, Unique: the data).
 @fix("Compress", "NonZero", "Unique")
 def _data_dependent_shape(importer, inputs, attrs, opset):
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend
+
+    op_name = attrs["tvm_custom"]["op_type"]
     if all(inp is None or _constant(inp) is not None for inp in inputs):
         return None  # constant inputs: TVM's converter folds them
-    op_name = attrs.get("tvm_custom", {}).get("op_type", "")
-    raise ModelError(f"{op_name or 'an op'} (node {_node_name(attrs)}) gives an output whose "
-                     "shape depends on input values; tvm_hetero compiles static shapes")
+    counted = inputs[1] if op_name == "Compress" else inputs[0]
+    bound = int(np.prod(static_dims(counted, op_name), dtype=np.int64))
+    result = importer.bb.normalize(onnx_frontend.ONNXGraphImporter._convert_operator(
+        importer, op_name, inputs, attrs, opset))
+    for var in relax.analysis.tir_vars_in_type(result.ty):
+        importer.upper_bounds[var.name] = max(importer.upper_bounds.get(var.name, 0), bound)
+    return result
+
+
+# --- BitShift -------------------------------------------------------------------------------
+# test_bitshift_left_int8_negative_shift: a shift by a negative amount or by the bit width or
+# more gives 0 in ONNX (RIGHT of a negative signed value: -1). TVM's converter emits the bare
+# shift, which LLVM leaves undefined there: a vectorized kernel (cpu-generic) returned the
+# input unchanged. The amounts out of range are replaced by 0 and their results by ONNX's.
+@fix("BitShift")
+def _bit_shift(importer, inputs, attrs, opset):
+    from tvm import relax
+
+    data, amount = inputs
+    if not all(isinstance(v.ty, relax.TensorType) for v in (data, amount)) or \
+            all(_constant(v) is not None for v in (data, amount)):
+        return None  # constants and shapes: TVM's converter folds them
+    dtype = str(data.ty.dtype)
+    bits = np.iinfo(np.dtype(dtype)).bits
+    zero = relax.const(0, str(amount.ty.dtype))
+    valid = relax.op.logical_and(
+        relax.op.greater_equal(amount, zero),
+        relax.op.less(amount, relax.const(bits, str(amount.ty.dtype))))
+    safe = relax.op.where(valid, amount, zero)
+    direction = attrs.get("direction", b"LEFT")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction == "RIGHT":
+        shifted = relax.op.right_shift(data, safe)
+        fill = relax.const(0, dtype)
+        if np.issubdtype(np.dtype(dtype), np.signedinteger):
+            fill = relax.op.where(relax.op.less(data, relax.const(0, dtype)),
+                                  relax.const(-1, dtype), relax.const(0, dtype))
+    else:
+        shifted = relax.op.left_shift(data, safe)
+        fill = relax.const(0, dtype)
+    return relax.op.where(valid, shifted, fill)
 
 
 # --- Expand -------------------------------------------------------------------------------
@@ -657,4 +703,8 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
             return self.bb.normalize(result) if isinstance(result, relax.Expr) else result
 
     importer = _FixedImporter(shape_dict, dtype_dict, keep_params_in_input=False)
-    return materialize_constant_outputs(importer.from_onnx(model_copy.graph, _opset(model_copy)))
+    importer.upper_bounds = {}  # symbolic dimension name -> upper bound
+    mod = importer.from_onnx(model_copy.graph, _opset(model_copy))
+    if importer.upper_bounds:
+        mod["main"] = mod["main"].with_attr(UPPER_BOUND_ATTR, importer.upper_bounds)
+    return materialize_constant_outputs(mod)

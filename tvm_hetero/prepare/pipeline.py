@@ -121,4 +121,6 @@ def prepare(mod, config: PrepareConfig | None = None, target=None):
     if left:  # TVM legalized nothing for them (a layout it has no lowering for, say)
         raise ModelError(f"cannot lower {', '.join(sorted(set(left)))} to TIR kernels with "
                          "TVM's legalization (unsupported attributes or layout)")
-    return mod
+    from .layer_outputs import CopyOutputsToLayers
+
+    return CopyOutputsToLayers()(mod)

@@ -11,6 +11,25 @@ from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_exte
 
 # at most this many vectors in one TVM-vectorized inner loop (a 7x7 feature map: 49 lanes)
 MAX_VECTORS = 4
+# math TVM 0.27 lowers for LLVM on scalars only (a libm call): a vector of them fails code
+# generation ("unknown intrinsic tirx.cosh"; the onnx node tests test_cosh, test_sinh)
+SCALAR_ONLY_MATH = ("tirx.cosh", "tirx.sinh")
+
+
+def calls_scalar_only_math(block) -> bool:
+    """Whether a block's body calls one of ``SCALAR_ONLY_MATH``."""
+    import tvm_ffi
+    from tvm import ir
+
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, ir.expr.Call) and getattr(expr.op, "name", "") in SCALAR_ONLY_MATH:
+            found.append(expr)
+        return expr
+
+    tvm_ffi.structural_map(block.body, visit)
+    return bool(found)
 
 
 def inner_lanes(extent: int, lanes: int) -> int | None:
@@ -38,7 +57,7 @@ def lanes_and_tasks(sch, block_rv, lanes: int) -> bool:
     # a transpose's inner axis strides through its input: TVM's vector gathers ran 10x slower
     # than LLVM's scalar loop there (ViT's key transpose), so only contiguous walks get lanes
     contiguous = len(block.iter_vars) == len(loops) and walks_contiguously(
-        block, block.iter_vars[-1].var)
+        block, block.iter_vars[-1].var) and not calls_scalar_only_math(block)
     count = 1  # trailing loops fused until they hold a vector (a 7x7 map's rows: 49)
     while count < len(loops) and iterations(sch, loops[-count:]) < lanes:
         count += 1
