@@ -11,8 +11,9 @@
 
 from .fakes import FakeBuilder, FakeRunner
 from .models import (LIGHT_MODELS, light_model, light_model_path, max_relative_error,
-                     onnx_case, onnx_case_dir, onnx_reference, random_placement)
+                     onnx_case, onnx_case_dir, onnx_node_case, onnx_reference,
+                     random_placement)
 
 __all__ = ["FakeBuilder", "FakeRunner", "LIGHT_MODELS", "light_model", "light_model_path",
-           "max_relative_error", "onnx_case", "onnx_case_dir", "onnx_reference",
+           "max_relative_error", "onnx_case", "onnx_case_dir", "onnx_node_case", "onnx_reference",
            "random_placement"]
