@@ -1,7 +1,7 @@
 """Matmul rules A/B: the table's old matmul rules (split-k-gemv, then tiled) against
 ``packed-matmul`` on the suite's matmul shapes, in alternating rounds in one process (best of
 rounds), and the small-M products' weight streaming rate against the copy bandwidth
-``tvm-hetero devices`` measures (issue 17, item 4).
+``tvm-hetero devices`` measures, both printed per product (issue 17, item 4).
 
     python benchmarks/matmul_rules.py [--target-mcpu haswell] [--rounds 5] [--only bandwidth]
 """
@@ -16,6 +16,8 @@ import numpy as np
 
 from tvm_hetero.devices import DeviceSet, host_num_cores
 from tvm_hetero.optimize.cpu import PackedMatmul, SplitKGemv, Tiled
+from tvm_hetero.optimize.cpu.base import cpu_traits
+from tvm_hetero.optimize.cpu.packed_matmul import matmul_tile
 from tvm_hetero.optimize.kernel import time_kernel
 from tvm_hetero.profiles import measure_transfer
 
@@ -126,22 +128,29 @@ def main() -> None:
             print(f"{name:<26}{old_name:>14}{old_ms:>9.3f}{new_ms:>9.3f}{old_ms / new_ms:>8.2f}x"
                   f"{2 * m * k * n / new_ms / 1e6:>12.1f}", flush=True)
     if args.only != "shapes":
-        copy = max(measure_transfer(device, device).bandwidth_gbs for _ in range(3))
-        print(f"\ncopy bandwidth (tvm-hetero devices' measure, best of 3): {copy:.2f} GB/s")
-        print(f"{'M':>3} {'K x N':>12}{'weights MB':>11}{'old ms':>9}{'new ms':>9}"
-              f"{'new GB/s':>9}{'of copy':>9}")
+        print("\ncopy: the copy bandwidth `tvm-hetero devices` measures (measure_transfer), "
+              "taken\nin the same rounds as the kernel (alternating), best of each")
+        print(f"{'M':>3} {'K x N':>12}{'weights MB':>11}{'tile':>6}{'ms':>9}{'GB/s':>8}"
+              f"{'copy GB/s':>10}{'of copy':>9}")
         for k, n in BANDWIDTH_KN:
             for m in BANDWIDTH_M:
                 func = matmul_kernel(m, k, n, "relu")
-                _, old = old_rule(func, target)
                 scheduled = new.apply(func, target)
-                old_ms, new_ms = best_of([(compile_kernel(old, target), old),
-                                          (compile_kernel(scheduled, target), scheduled)],
-                                         device, args.rounds)
+                lib = compile_kernel(scheduled, target)
+                new_ms, copy = math.inf, 0.0
+                for _ in range(args.rounds):
+                    copy = max(copy, measure_transfer(device, device).bandwidth_gbs)
+                    new_ms = min(new_ms, time_kernel(lib, scheduled, device, repeat=3))
                 gbs = k * n * 4 / new_ms / 1e6
-                print(f"{m:>3} {f'{k}x{n}':>12}{k * n * 4 / 2**20:>11.0f}{old_ms:>9.3f}"
-                      f"{new_ms:>9.3f}{gbs:>9.2f}{gbs / copy:>8.0%}", flush=True)
+                print(f"{m:>3} {f'{k}x{n}':>12}{k * n * 4 / 2**20:>11.0f}{tile_of(m, n, target):>6}"
+                      f"{new_ms:>9.3f}{gbs:>8.2f}{copy:>10.2f}{gbs / copy:>8.0%}", flush=True)
 
+
+def tile_of(m: int, n: int, target) -> str:
+    """The packed-matmul register tile (rows x vectors) of an M x N product on `target`."""
+    traits = cpu_traits(target)
+    rows, vectors = matmul_tile(m, n // traits.lanes, traits.registers)
+    return f"{rows}x{vectors}"
 
 if __name__ == "__main__":
     np.random.seed(0)

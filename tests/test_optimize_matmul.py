@@ -157,7 +157,7 @@ def test_an_attention_product_with_prime_extents_is_padded_to_whole_tiles():
     from tvm import te
 
     # [1, 2, 17, 4] x [1, 2, 4, 17] / 8: 17 (a prime over its tile) rows and columns would
-    # give tiled one-row, one-lane tiles (ViT's 197): padded to 32 x 32
+    # give tiled one-row, one-lane tiles (ViT's 197): padded to 24 x 24 (AVX2: 8 x 8 tiles)
     q = te.placeholder((1, 2, 17, 4), "float32", name="q")
     kt = te.placeholder((1, 2, 4, 17), "float32", name="kt")
     r = te.reduce_axis((0, 4), name="r")
@@ -170,7 +170,7 @@ def test_an_attention_product_with_prime_extents_is_padded_to_whole_tiles():
     scheduled, rule = optimize.optimize_function(func, target)
     assert rule == "tiled"
     script = scheduled.script()
-    assert "q_pad" in script and "kt_pad" in script and "T.vectorized(16)" in script, script
+    assert "q_pad" in script and "kt_pad" in script and "T.vectorized(8)" in script, script
     rng = np.random.default_rng(0)
     a = rng.standard_normal((1, 2, 17, 4)).astype("float32")
     b = rng.standard_normal((1, 2, 4, 17)).astype("float32")
@@ -194,3 +194,62 @@ def test_ragged_columns_are_padded_to_whole_vectors_in_the_packed_weight():
     assert packed.shape == (blocks, k, lanes) and not packed[8, :, 3:].any()
     np.testing.assert_allclose(_run(scheduled, target, [x, packed, b]),
                                x.astype("float64") @ w + b, rtol=1e-5, atol=1e-5)
+
+
+def _runs_here(target):
+    from tvm.target.codegen import llvm_cpu_has_features
+
+    features = ["avx512f"] if vector_lanes(target)[0] == 16 else ["avx2"]
+    if not llvm_cpu_has_features(features, _target(host_cpu_name())):
+        pytest.skip(f"the host has no {features[0]}")
+
+
+@pytest.mark.parametrize("mcpu", ["haswell", "znver4"])
+def test_a_memory_bound_product_runs_every_row_tile_over_each_block_of_the_weight(mcpu):
+    import re
+
+    from tvm_hetero.optimize.cpu.base import cpu_traits
+    from tvm_hetero.optimize.cpu.packed_matmul import matmul_tile, reduction_block
+
+    target = _target(mcpu)
+    _runs_here(target)
+    traits = cpu_traits(target)
+    m, k, n = 16, 2048, 8 * traits.lanes  # 16 rows: several row tiles on both ISAs
+    rows, vectors = matmul_tile(m, 8, traits.registers)
+    block = reduction_block(m, k, rows, vectors, traits.lanes, traits.l2_bytes)
+    assert block is not None and k % block == 0 and block < k
+    assert block * vectors * traits.lanes * 4 <= traits.l2_bytes // 4
+    scheduled, rule = optimize.optimize_function(_matmul(m, k, n, "none"), target)
+    assert rule == "packed-matmul"
+    script = scheduled.script()
+    # a task per panel (not per tile), then: blocks of the reduction, row tiles, block steps
+    assert f"T.parallel({8 // vectors})" in script, script
+    assert re.search(rf"T\.grid\({k // block}, {m // rows}, {block}\)", script), script
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, m, k)).astype("float32")
+    w = rng.standard_normal((k, n)).astype("float32")
+    b = rng.standard_normal(n).astype("float32")
+    got = _run(scheduled, target, [x, optimize.pack_weight(w, traits.lanes, axis=1), b])
+    np.testing.assert_allclose(got, x.astype("float64") @ w + b, rtol=1e-4, atol=1e-3)
+
+
+def test_avx2_and_avx512_targets_get_their_own_lanes_registers_caches_and_tiles():
+    from tvm_hetero.optimize.cpu.base import CpuTraits, cpu_traits
+    from tvm_hetero.optimize.cpu.packed_matmul import matmul_tile
+    from tvm_hetero.optimize.cpu.tiled import tiled_tile
+
+    avx2, avx512 = _target("haswell"), _target("znver4")
+    assert cpu_traits(avx2) == CpuTraits(lanes=8, registers=16, l1_bytes=32 << 10,
+                                         l2_bytes=256 << 10)
+    assert cpu_traits(avx512) == CpuTraits(lanes=16, registers=32, l1_bytes=32 << 10,
+                                           l2_bytes=1 << 20)
+    assert tiled_tile(avx2) == (8, 8) and tiled_tile(avx512) == (16, 16)
+    # BERT's 128 x 768 -> 3072 (384 AVX2 vectors, 192 AVX-512 ones): accumulators, weight
+    # vectors and a broadcast within the registers (3 x 4 in AVX2's 16 spilled)
+    assert matmul_tile(128, 384, 16) == (4, 3)
+    assert matmul_tile(128, 192, 32) == (8, 3)
+    for registers in (16, 32):
+        for rows in (1, 8, 16, 64, 128, 197):
+            for vectors in (4, 48, 63, 125, 256):
+                r, c = matmul_tile(rows, vectors, registers, pad_vectors=vectors % 2 == 1)
+                assert r * c + c + 1 <= registers

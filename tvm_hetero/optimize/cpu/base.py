@@ -1,7 +1,10 @@
 """Shared pieces of the CPU rules: loop extents, tiling helpers, the register tile's last
-steps, padding per task, and the target's vector lanes."""
+steps, padding per task, and what the rules know of the target (:func:`cpu_traits`: vector
+lanes, vector registers, data cache sizes)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ...layers import OP_KINDS_ATTR
 
@@ -68,6 +71,41 @@ def vector_lanes(target) -> tuple[int, int]:
     except Exception:  # noqa: BLE001 (a non-x86 LLVM target has no such features)
         pass
     return 4, 16
+
+
+# Data cache sizes per core by the width of the vector unit (fp32 lanes): TVM's LLVM targets
+# carry no cache attribute, so these are the defaults of each vector ISA's common cores, and
+# the one place the rules read cache sizes from. AVX-512 (Skylake-SP to Sapphire Rapids, Zen 4):
+# L1d 32-48 KiB, L2 1-2 MiB; AVX2 (Haswell to Zen 3): L1d 32 KiB, L2 256-512 KiB; narrower
+# (SSE, NEON): the smallest of those.
+CACHE_BYTES = {16: (32 << 10, 1 << 20), 8: (32 << 10, 256 << 10), 4: (32 << 10, 256 << 10)}
+
+
+@dataclass(frozen=True)
+class CpuTraits:
+    """What the CPU rules size their tiles by, from an LLVM target (:func:`cpu_traits`).
+
+    Attributes
+    ----------
+    lanes : int
+        fp32 lanes of the widest vector unit (16 AVX-512, 8 AVX2, 4 otherwise).
+    registers : int
+        Vector registers of that unit (32 zmm with AVX-512, 16 ymm with AVX2, 16 otherwise).
+    l1_bytes, l2_bytes : int
+        Data cache sizes per core (`CACHE_BYTES` of the lanes).
+    """
+
+    lanes: int
+    registers: int
+    l1_bytes: int
+    l2_bytes: int
+
+
+def cpu_traits(target) -> CpuTraits:
+    """The vector unit and data caches of an LLVM CPU `target` (its ``mcpu``'s features)."""
+    lanes, registers = vector_lanes(target)
+    l1_bytes, l2_bytes = CACHE_BYTES[lanes]
+    return CpuTraits(lanes, registers, l1_bytes, l2_bytes)
 
 
 def packed_tile(channel_blocks: int, width: int, accumulators: int) -> tuple[int, int]:
@@ -173,12 +211,7 @@ def epilogue_at(sch, last, tile_loop) -> list:
     return loops_under(sch, last, tile_loop)
 
 
-# A task's padded input rows (all channels) at most this many bytes, for padding per task: the
-# L1 data cache. ResNet-50's padded layers (45-55 KB per task) ran 3 % slower padded per task.
-PROLOGUE_PER_TASK_BYTES = 32 << 10
-
-
-def prologue_per_task(sch, block_rv, parallel_loop) -> bool:
+def prologue_per_task(sch, block_rv, parallel_loop, target) -> bool:
     """Compute a prologue block (real padding) inside the kernel's parallel loop: each task
     pads the input rows its own tile reads, in its own cache, in the same parallel region as
     the convolution. Computed first, in a parallel loop of its own, the padded input was
@@ -187,7 +220,8 @@ def prologue_per_task(sch, block_rv, parallel_loop) -> bool:
     16.9 against 13.6 us) and up to 1.9x slower in this machine's slow spells. Redundant
     work: the window's rows are padded once per task reading them (3 per row for a 3x3
     window), a copy. False (and nothing moved) when the block cannot move there or a task's
-    padded input would outgrow `PROLOGUE_PER_TASK_BYTES`."""
+    padded input (all channels) would outgrow the `target`'s L1 data cache (ResNet-50's
+    padded layers, 45-55 KB per task, ran 3 % slower padded per task with 32 KiB)."""
     from tvm import s_tir
 
     trial = sch.copy()
@@ -197,14 +231,14 @@ def prologue_per_task(sch, block_rv, parallel_loop) -> bool:
         return False
     dtype_bytes = sch.get(block_rv).writes[0].source.dtype.bits // 8
     if iterations(trial, loops_under(trial, block_rv, parallel_loop)) * dtype_bytes \
-            > PROLOGUE_PER_TASK_BYTES:
+            > cpu_traits(target).l1_bytes:
         return False
     sch.compute_at(block_rv, parallel_loop)
     return True
 
 
 def finish_register_tile(sch, conv, *, epilogue_loops, epilogue_lane, task_loops, tile, lane,
-                         first_reduction, prologue, prologue_depth: int) -> None:
+                         first_reduction, prologue, prologue_depth: int, target) -> None:
     """The last steps of a convolution's channel-vector register tile (``packed-weights``,
     ``blocked-nchwc``): the epilogue's lane loop vectorized and its other tile loops unrolled
     (constant indices: the accumulators stay in registers), `task_loops` fused into the
@@ -217,7 +251,7 @@ def finish_register_tile(sch, conv, *, epilogue_loops, epilogue_lane, task_loops
     tasks = sch.fuse(*task_loops)
     accumulate_in_registers(sch, conv, tile, lane, tasks, first_reduction)
     for block_rv in prologue:
-        if not prologue_per_task(sch, block_rv, tasks):
+        if not prologue_per_task(sch, block_rv, tasks, target):
             prologue_loops = sch.get_loops(block_rv)
             if len(prologue_loops) >= prologue_depth:
                 sch.parallel(sch.fuse(*prologue_loops[:prologue_depth]))

@@ -63,5 +63,6 @@ class BlockedNCHWc(Rule):
         # padding, when not per task, first: parallel over blocks and rows
         finish_register_tile(sch, conv, epilogue_loops=tile, epilogue_lane=tile_lane,
                              task_loops=[n, f_outer, y], tile=[f_vectors, x_inner], lane=lane,
-                             first_reduction=rc, prologue=prologue, prologue_depth=3)
+                             first_reduction=rc, prologue=prologue, prologue_depth=3,
+                             target=target)
         return sch.mod["main"]

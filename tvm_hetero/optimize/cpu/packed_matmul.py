@@ -6,14 +6,11 @@ from __future__ import annotations
 
 from ...layers import kernel_kind
 from ..rule import Rule
-from .base import (accumulate_in_registers, epilogue_at, inline_identity_copies, loop_extent,
-                   one_reduction, vector_lanes)
+from .base import (accumulate_in_registers, cpu_traits, epilogue_at, inline_identity_copies,
+                   largest_divisor, loop_extent, one_reduction)
 from .fast_math import fast_math
 from .packed_weights import PACKED_WEIGHTS_ATTR
 
-# Accumulator vectors of a register tile per vector register file (32 AVX-512 registers, 16
-# AVX2 ones): the rest holds the tile's weight vectors and one broadcast input.
-MATMUL_ACCUMULATORS = {32: 24, 16: 12}
 # At most this many weight vectors per tile row: a tile reads c contiguous vectors of its
 # panel per step of the reduction.
 MAX_TILE_VECTORS = 4
@@ -22,27 +19,51 @@ MAX_TILE_ROWS = 8
 # zeros) when there are at least this many vectors (a classifier's 1000 outputs: 63 vectors
 # of 16 for 62.5); narrower ragged products (10 outputs) go on down the table.
 MIN_RAGGED_VECTORS = 8
+# What a load per multiply-add weighs in the tile choice against padded work (1): the FMA
+# units bound a tile with both rows and vectors, so loads count little. Measured in cache
+# (16 x 512 -> 512, per CPU second): znver4 8x2, 4x4, 8x1 tiles alike, 6x4 padded to 18 rows
+# 15 % slower; haswell 4x3 > 4x2 > 2x4 > 8x1 by 5-15 %.
+LOAD_WEIGHT = 0.25
+# Products of at most this many rows are memory-bound (2 * rows FLOPs per 4-byte weight read,
+# below a CPU's FLOP-per-byte balance): their reduction is cut in blocks whose weight vectors
+# fit a quarter of the L2 cache, and every row tile of a panel runs over a block before the
+# next, so the weight is read from memory once whatever the number of row tiles.
+MEMORY_BOUND_ROWS = 16
 
 
-def matmul_tile(rows: int, vectors: int, accumulators: int,
+def matmul_tile(rows: int, vectors: int, registers: int,
                 pad_vectors: bool = False) -> tuple[int, int]:
-    """``(tile rows, tile vectors)``: the fewest loads per multiply-add (a tile of r rows x c
-    vectors loads c weight vectors and broadcasts r inputs for r * c multiply-adds), counting
-    the rows padded to a multiple of r as work (then the least padding); c divides `vectors`,
-    or, with `pad_vectors` (ragged columns, padded anyway), the vectors are padded to a
-    multiple of c too (1 x 2048 -> 1000 on AVX2: 125 vectors, else 1-vector tiles, one
-    accumulator chain). Narrower panels that stay in the L2 cache for memory-bound products
-    (16 rows x 4096 -> 4096, 8 x 1 tiles) ran 1.5-2.3x slower than these."""
+    """``(tile rows, tile vectors)`` for `registers` vector registers: a tile of r rows x c
+    vectors holds r * c accumulators, c weight vectors and one broadcast input in registers
+    (r * c + c + 1 of them: 3 x 4 tiles in AVX2's 16 spilled and ran 1.5x slower than 4 x 3).
+    Least work, counting the rows padded to a multiple of r and each load per multiply-add
+    (c weight vectors and r broadcasts for r * c) at `LOAD_WEIGHT`; then the least padding,
+    the most vectors (more weight streams at once: 4 rows x 4096 -> 4096 on AVX2, 2 x 4 tiles
+    3.1 CPU ms, 4 x 2 4.2), the largest tile. c divides `vectors`, or, with `pad_vectors`, the
+    vectors are padded to a multiple of c too."""
     options = [(r, c) for r in range(1, min(rows, MAX_TILE_ROWS) + 1)
                for c in range(1, min(vectors, MAX_TILE_VECTORS) + 1)
-               if (pad_vectors or vectors % c == 0) and r * c <= accumulators]
+               if (pad_vectors or vectors % c == 0) and r * c + c + 1 <= registers]
 
     def cost(rc):
         r, c = rc
         padded = -(-rows // r) * r * -(-vectors // c) * c
-        return padded / (rows * vectors) * (r + c) / (r * c), padded, -r * c
+        work = padded / (rows * vectors) * (1 + LOAD_WEIGHT * (r + c) / (r * c))
+        return round(work, 9), padded, -c, -r * c
 
     return min(options, key=cost)
+
+
+def reduction_block(rows: int, reduced: int, tile_rows: int, tile_vectors: int, lanes: int,
+                    l2_bytes: int) -> int | None:
+    """Steps of the reduction per block for a memory-bound product (at most
+    `MEMORY_BOUND_ROWS` rows, more than one row tile): the largest divisor of `reduced` whose
+    weight vectors (``tile_vectors * lanes`` floats per step) fit a quarter of `l2_bytes`;
+    None when the product is not cut (one row tile, many rows, or the whole reduction fits)."""
+    if rows > MEMORY_BOUND_ROWS or -(-rows // tile_rows) < 2:
+        return None
+    block = largest_divisor(reduced, max(1, l2_bytes // 4 // (tile_vectors * lanes * 4)))
+    return block if block < reduced else None
 
 
 def _weight_operand(func, block, reduction_var, lane_var):
@@ -98,9 +119,14 @@ class PackedMatmul(Rule):
         ``r`` (``pad_einsum``: a 197-row ViT matmul gets 6-row tiles, not 1-row ones). The
         epilogue (bias, residual, GELU) writes each tile out, its ``erf``/``tanh``/``pow`` as
         vector math (:func:`~.fast_math.fast_math`). Tiles run in parallel, panels outermost,
-        so a core reuses its panel for every row tile and small-M products stream the weight
-        once. Columns that are not whole vectors are computed as whole vectors (the weight
-        parameter widened, its argument zero-padded) from `MIN_RAGGED_VECTORS` vectors on.
+        so a core reuses its panel for every row tile. A memory-bound product (at most
+        `MEMORY_BOUND_ROWS` rows) with several row tiles is cut into blocks of the reduction
+        (`reduction_block`, from the target's L2 cache): a task per panel runs every row tile
+        over a block, the accumulators of all rows kept in the task's buffer between blocks,
+        so the weight streams from memory once. Columns that are not whole vectors are
+        computed as whole vectors (the weight parameter widened, its argument zero-padded)
+        from `MIN_RAGGED_VECTORS` vectors on, as are whole vectors with no divisor up to
+        `MAX_TILE_VECTORS`.
         Returns None for other kernels: no [K, N] weight parameter, fewer ragged columns,
         batch dimensions, non-float32.
         """
@@ -108,7 +134,8 @@ class PackedMatmul(Rule):
 
         if kernel_kind(func) != "matmul":
             return None
-        lanes, registers = vector_lanes(target)
+        traits = cpu_traits(target)
+        lanes = traits.lanes
         func = fast_math(func)
         sch = s_tir.Schedule(func)
         found = one_reduction(sch)
@@ -142,9 +169,14 @@ class PackedMatmul(Rule):
             # matrix-vector product: split-k-gemv (1 x 2048 -> 1000 on AVX2: 0.11 ms split,
             # 0.32 ms here)
             return None
-        ragged = columns % lanes != 0
-        tile_rows, tile_vectors = matmul_tile(rows, vectors, MATMUL_ACCUMULATORS[registers],
-                                              pad_vectors=ragged)
+        # columns padded to whole tiles where they are not whole vectors, or where their
+        # vectors have no divisor from 2 to MAX_TILE_VECTORS (1000 on AVX2: 125 vectors, else
+        # 1-vector tiles)
+        pad_vectors = columns % lanes != 0 or vectors >= MIN_RAGGED_VECTORS and all(
+            vectors % c for c in range(2, MAX_TILE_VECTORS + 1))
+        tile_rows, tile_vectors = matmul_tile(rows, vectors, traits.registers, pad_vectors)
+        ragged = columns % (tile_vectors * lanes) != 0
+        k_block = reduction_block(rows, reduced, tile_rows, tile_vectors, lanes, traits.l2_bytes)
         if ragged:  # the weight read as whole tiles of vectors: its argument is zero-padded
             width = -(-vectors // tile_vectors) * tile_vectors * lanes
             sch, weight_buffer = _widened_weight(func, weight_buffer, [reduced, width])
@@ -173,14 +205,22 @@ class PackedMatmul(Rule):
         *batch, m, n, k = sch.get_loops(main)
         m_outer, m_inner = sch.split(m, [None, tile_rows])
         n_outer, n_vectors, n_lanes = sch.split(n, [None, tile_vectors, lanes])
-        sch.reorder(*batch, n_outer, m_outer, k, m_inner, n_vectors, n_lanes)
-        tile_loops = epilogue_at(sch, last, m_outer)  # the tile's rows, then its columns
-        tasks = sch.fuse(*batch, n_outer, m_outer)
+        if k_block is None:  # a task per tile, over the whole reduction
+            sch.reorder(*batch, n_outer, m_outer, k, m_inner, n_vectors, n_lanes)
+            tile_loops = epilogue_at(sch, last, m_outer)  # the tile's rows, then its columns
+            tasks = sch.fuse(*batch, n_outer, m_outer)
+            first_reduction = k
+        else:  # a task per panel: blocks of the reduction, each for every row tile
+            k_outer, k_inner = sch.split(k, [None, k_block])
+            sch.reorder(*batch, n_outer, k_outer, m_outer, k_inner, m_inner, n_vectors, n_lanes)
+            tile_loops = epilogue_at(sch, last, n_outer)  # all rows (not unrolled), columns
+            tasks = sch.fuse(*batch, n_outer)
+            first_reduction = k_outer
         epilogue_vectors, epilogue_lane = sch.split(tile_loops[-1], [None, lanes])
-        for loop in tile_loops[:-1] + [epilogue_vectors]:
+        for loop in (tile_loops[:-1] if k_block is None else []) + [epilogue_vectors]:
             sch.unroll(loop)
         sch.vectorize(epilogue_lane)
-        accumulate_in_registers(sch, main, [m_inner, n_vectors], n_lanes, tasks, k)
+        accumulate_in_registers(sch, main, [m_inner, n_vectors], n_lanes, tasks, first_reduction)
         for block_rv in prologue:  # the rows' padding (a copy) and other inputs: parallel rows
             prologue_loops = sch.get_loops(block_rv)
             if len(prologue_loops) > 1:

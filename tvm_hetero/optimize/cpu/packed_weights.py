@@ -8,7 +8,6 @@ from ...layers import kernel_kind
 from ..rule import Rule
 from .base import (PACKED_ACCUMULATORS, direct_conv, epilogue_at, finish_register_tile,
                    inline_identity_copies, loop_extent, packed_tile, vector_lanes)
-from .tiled import TILE_LANES
 
 # Attribute of a PrimFunc whose weight parameter the rule repacked: ``[param index, lanes]``.
 # The OptimizeLayers pass repacks the argument the Relax program passes there (a constant is
@@ -59,7 +58,7 @@ def tiled_fits_better(func, target) -> bool:
         return False
     weight = func.params[weight_index].ty
     channels, window = int(weight.shape[0]), int(weight.shape[2]) * int(weight.shape[3])
-    whole_vectors = loop_extent(sch, loops[3]) % TILE_LANES == 0  # the tiled rule's lanes
+    whole_vectors = loop_extent(sch, loops[3]) % lanes == 0  # the tiled rule's lanes
     return whole_vectors and (
         window > 1 and (channels == lanes
                         or window * int(weight.shape[1]) < MIN_PACKED_WINDOW_REDUCTION)
@@ -139,5 +138,6 @@ class PackedWeights(Rule):
         # padding, when not per task, first: parallel over channels
         finish_register_tile(sch, conv, epilogue_loops=tile_x, epilogue_lane=f_lane,
                              task_loops=[n, f_outer, y], tile=[f_vectors, x_inner], lane=f_lanes,
-                             first_reduction=rc, prologue=prologue, prologue_depth=2)
+                             first_reduction=rc, prologue=prologue, prologue_depth=2,
+                             target=target)
         return sch.mod["main"].with_attr(PACKED_WEIGHTS_ATTR, [weight_index, lanes])

@@ -5,23 +5,20 @@ from __future__ import annotations
 
 from ...layers import kernel_kind
 from ..rule import Rule
-from .base import PACKED_ACCUMULATORS, accumulate_in_registers, direct_conv, vector_lanes
-
-# The pixel-lane tile's input panel (channels x tile pixels) stays in the L1 data cache while
-# every output-channel tile of it is computed: at most this many bytes.
-PIXEL_PANEL_BYTES = 32 << 10
+from .base import PACKED_ACCUMULATORS, accumulate_in_registers, cpu_traits, direct_conv
 
 
 def _pixel_tile(out_channels: int, pixel_vectors: int, in_channels: int, lanes: int,
-                accumulators: int) -> tuple[int, int] | None:
+                accumulators: int, panel_bytes: int) -> tuple[int, int] | None:
     """``(output channels, pixel vectors)`` per register tile of the pixel-lane rule: the
     fewest loads per multiply-add (r channels x v vectors: v vector loads and r broadcasts
-    for r * v multiply-adds), then the largest tile, with the input panel in
-    `PIXEL_PANEL_BYTES`; both divide their extents. None when no tile fits."""
+    for r * v multiply-adds), then the largest tile, with the input panel (channels x tile
+    pixels) in `panel_bytes` (the L1 data cache: it stays there while every output-channel
+    tile of it is computed); both divide their extents. None when no tile fits."""
     options = [(r, v) for r in range(1, min(out_channels, accumulators) + 1)
                if out_channels % r == 0
                for v in range(1, pixel_vectors + 1) if pixel_vectors % v == 0
-               and r * v <= accumulators and in_channels * v * lanes * 4 <= PIXEL_PANEL_BYTES]
+               and r * v <= accumulators and in_channels * v * lanes * 4 <= panel_bytes]
     if not options:
         return None
     return min(options, key=lambda rv: ((rv[0] + rv[1]) / (rv[0] * rv[1]), -rv[0] * rv[1]))
@@ -62,7 +59,8 @@ class PixelLanes1x1(Rule):
 
         if kernel_kind(func) != "conv2d":
             return None
-        lanes, registers = vector_lanes(target)
+        traits = cpu_traits(target)
+        lanes, registers = traits.lanes, traits.registers
         sch = s_tir.Schedule(func)
         found = direct_conv(func, sch)
         if found is None:
@@ -80,7 +78,7 @@ class PixelLanes1x1(Rule):
             return None
         in_channels = int(weight.shape[1])
         tile = _pixel_tile(out_shape[1], pixels // lanes, in_channels, lanes,
-                           PACKED_ACCUMULATORS[registers])
+                           PACKED_ACCUMULATORS[registers], traits.l1_bytes)
         if tile is None:
             return None
         rows, vectors = tile

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 from ...layers import kernel_kind
 from ..rule import Rule
-from .base import (epilogue_at, is_reduction_iter, largest_divisor, loop_extent, one_reduction,
-                   prologue_per_task, walks_contiguously)
+from .base import (cpu_traits, epilogue_at, is_reduction_iter, largest_divisor, loop_extent,
+                   one_reduction, prologue_per_task, walks_contiguously)
 
-# Register tile of the tiled rule: rows of the output held in vector registers at once
-# (channels of a convolution, rows of a matmul) times vector lanes along the contiguous axis.
-# 16 x 16 fp32 is 16 AVX-512 accumulators (or 32 AVX2 ones): the fastest of seven shapes on
-# ResNet-50's convolutions (table in docs/design.md).
-TILE_ROWS = 16
-TILE_LANES = 16
+
+def tiled_tile(target) -> tuple[int, int]:
+    """``(rows, lanes)`` of the tiled rule's register tile on `target`: rows of the output held
+    in vector registers at once (channels of a convolution, rows of a matmul), one vector of
+    the target's lanes each, half the vector registers (the rest: the input vector and the
+    broadcast weights). AVX-512: 16 x 16, the fastest of seven shapes on ResNet-50's
+    convolutions (table in docs/design.md); AVX2: 8 x 8 (16 x 16 there was 32 accumulators
+    in 16 registers)."""
+    traits = cpu_traits(target)
+    return traits.registers // 2, traits.lanes
 
 
 def _padded_to_tiles(func, rows: int, lanes: int):
@@ -59,8 +63,9 @@ class Tiled(Rule):
     kinds = ("conv2d", "matmul")
     families = ("cpu",)
 
-    def __init__(self, rows: int = TILE_ROWS, lanes: int = TILE_LANES, cols: int | None = None):
-        self.rows, self.lanes, self.cols = rows, lanes, cols
+    def __init__(self, rows: int | None = None, lanes: int | None = None,
+                 cols: int | None = None):
+        self.rows, self.lanes, self.cols = rows, lanes, cols  # None: from the target
 
     def apply(self, func, target):
         """Register-tile the one reduction block of a convolution or matmul kernel.
@@ -73,8 +78,8 @@ class Tiled(Rule):
         (bias, batch norm, activation, residual add) is inlined into one block computed per tile
         right after it, while the tile is still in cache; a convolution's padding is computed
         per parallel task (`prologue_per_task`), other prologue blocks first, in parallel. Tile
-        sizes are the largest divisors of the extents up to `rows` and `lanes`, so no tile has a
-        ragged edge. A matrix-vector product with the
+        sizes are the largest divisors of the extents up to `rows` and `lanes` (`tiled_tile` of
+        the target where not given), so no tile has a ragged edge. A matrix-vector product with the
         weight laid out ``[reduction, output]`` (one spatial axis) gets ``4 * lanes`` lanes and
         no rows: it streams the weight row by row.
 
@@ -85,8 +90,8 @@ class Tiled(Rule):
         from tvm import s_tir
         from tvm.s_tir.dlight.analysis import normalize_prim_func
 
-        del target
-        rows, lanes, cols = self.rows, self.lanes, self.cols
+        target_rows, target_lanes = tiled_tile(target)
+        rows, lanes, cols = self.rows or target_rows, self.lanes or target_lanes, self.cols
         if kernel_kind(func) == "matmul":
             func = _padded_to_tiles(func, rows, lanes)
         sch = s_tir.Schedule(func)
@@ -182,7 +187,7 @@ class Tiled(Rule):
         for block_rv in apart:  # padding: per task; other blocks: parallel outer loops
             if convolution and any(region.source.same_as(source)
                                    for region in sch.get(block_rv).writes for source in read) \
-                    and prologue_per_task(sch, block_rv, fused):
+                    and prologue_per_task(sch, block_rv, fused, target):
                 continue
             apart_loops = sch.get_loops(block_rv)
             if len(apart_loops) > 1:
