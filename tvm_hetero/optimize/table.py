@@ -23,9 +23,10 @@ from .rule import FAMILIES, Rule
 # stride-1 convolution to pixel-lanes-1x1, 9 has concat-copies, reduction-chains and
 # split-k-gemv, 10 blocked-nchwc and blocked pools, 11 pads small convolutions' input per
 # parallel task and compares tuned kernels in alternating rounds, 13 injective-lanes,
-# row-reductions and packed-matmul): tuned-vs-rules comparisons stored in a tuning database
-# under another version are measured again.
-RULES_VERSION = 13
+# row-reductions and packed-matmul, 14 tiles, registers and caches from the target and the
+# session-11 convolution rules): tuned-vs-rules comparisons stored in a tuning database under
+# another version are measured again.
+RULES_VERSION = 14
 
 
 def default_table() -> dict[tuple[str, str], list[Rule]]:
