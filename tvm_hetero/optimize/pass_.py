@@ -18,6 +18,7 @@ import os
 
 from ..errors import BuildError, error_message
 from ..layers import OP_KINDS_ATTR, kernel_kind
+from .cpu.fast_math import fast_math
 from .gpu import GPU_RULE_NAMES
 from .repack import repack_weight_arguments
 from .rule import family_of
@@ -45,7 +46,8 @@ def optimize_function(func, target, name: str = "main"):
     if func.attrs is not None and bool(func.attrs.get("tir.is_scheduled", False)):
         return func, AS_WRITTEN
     kind = kernel_kind(func)
-    for rule in rules_for(family_of(target), kind):
+    family = family_of(target)
+    for rule in rules_for(family, kind):
         try:
             scheduled = rule.apply(func, target)
         except Exception as err:  # noqa: BLE001 (a rule's bug: any exception)
@@ -56,6 +58,10 @@ def optimize_function(func, target, name: str = "main"):
                            rule.name, name, error_message(err))
             continue
         if scheduled is not None:
+            if family == "cpu":
+                # vector math for exp, sigmoid, erf, tanh and small powers, once scheduled: a
+                # rewritten call inlined into two consumers would define its variable twice
+                scheduled = fast_math(scheduled)
             keep = {k: v for k, v in func.attrs.items()} if func.attrs is not None else {}
             return scheduled.with_attrs(keep) if keep else scheduled, rule.name
     return func, None

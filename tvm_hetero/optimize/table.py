@@ -11,6 +11,7 @@ from ..layers import LAYER_KINDS
 from .cpu import (BlockedNCHWc, ConcatCopies, LayoutCopies, PackedMatmul, PackedWeights,
                   ParallelLoops, PixelLanes1x1, PoolingRows, ReductionChains, SplitKGemv, Tiled,
                   Winograd)
+from .cpu.depthwise_rows import DepthwiseRows
 from .cpu.injective_lanes import InjectiveLanes
 from .cpu.packed_weights import tiled_fits_better
 from .cpu.row_reductions import RowReductions
@@ -23,9 +24,9 @@ from .rule import FAMILIES, Rule
 # stride-1 convolution to pixel-lanes-1x1, 9 has concat-copies, reduction-chains and
 # split-k-gemv, 10 blocked-nchwc and blocked pools, 11 pads small convolutions' input per
 # parallel task and compares tuned kernels in alternating rounds, 13 injective-lanes,
-# row-reductions and packed-matmul, 14 tiles, registers and caches from the target and the
-# session-11 convolution rules): tuned-vs-rules comparisons stored in a tuning database under
-# another version are measured again.
+# row-reductions and packed-matmul, 14 tiles, registers and caches from the target,
+# depthwise-rows and vector exp/sigmoid in every CPU kernel): tuned-vs-rules comparisons stored
+# in a tuning database under another version are measured again.
 RULES_VERSION = 14
 
 
@@ -44,7 +45,8 @@ def default_table() -> dict[tuple[str, str], list[Rule]]:
         # packed (lanes along the output channels) before tiled, except where tiled gets whole
         # vectors and packed would gather a residual or re-load a short reduction's weights
         PackedWeights().unless(tiled_fits_better, "tiled's lanes are whole vectors there"),
-        Tiled(),  # grouped and depthwise convolutions, ragged channel counts
+        DepthwiseRows(),  # depthwise, stride 1, rows of 28 or more: rows of one channel
+        Tiled(),  # grouped and other depthwise convolutions, ragged channel counts
         RowReductions(),  # 1x1 maps (squeeze-and-excite): a dot product per output channel
         parallel,
     ]

@@ -1,0 +1,93 @@
+"""Convolution-class rules A/B on whole suite models: the table without ``depthwise-rows`` and
+without the vector ``exp``/``sigmoid`` (A) against the default table (B), each model built both
+ways and run in alternating rounds in one process (best median of rounds), with onnxruntime
+timed in the same rounds; the error of each against onnxruntime.
+
+    python benchmarks/conv_rules_ab.py [--models mobilenet_v2,efficientnet_block]
+                                       [--target-mcpu haswell] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import onnxruntime as ort
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from suite_models import SUITE  # noqa: E402
+
+import tvm_hetero as th  # noqa: E402
+from tvm_hetero.devices import host_num_cores  # noqa: E402
+from tvm_hetero.optimize import pass_, table  # noqa: E402
+from tvm_hetero.optimize.cpu import DepthwiseRows, fast_math  # noqa: E402
+from tvm_hetero.testing import max_relative_error  # noqa: E402
+
+MODELS = "mobilenet_v2,efficientnet_block,mobilenet_v3_block,shufflenet"
+
+
+def without_conv_class_rules() -> None:
+    """Table A: no depthwise-rows, exp and sigmoid left to LLVM (only erf/tanh/pow rewritten)."""
+    for rules in table._TABLE.values():
+        rules[:] = [r for r in rules if not isinstance(r, DepthwiseRows)]
+    pass_.fast_math = fast_math.without_exp
+
+
+def build(model, spec_devices):
+    return th.build(model, "all:" + spec_devices.devices[0].name, spec_devices)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=MODELS)
+    parser.add_argument("--target-mcpu")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    threads = host_num_cores()
+    spec = "cpu"
+    if args.target_mcpu:
+        spec = json.dumps({"kind": "llvm", "mcpu": args.target_mcpu, "num-cores": threads,
+                           "name": "cpu"})
+    devices = th.DeviceSet.parse([spec])
+    print(f"target {json.dumps(devices.devices[0].target)}; {threads} threads; best of "
+          f"{args.rounds} alternating rounds")
+    print(f"{'model':<20}{'ort ms':>9}{'A ms':>9}{'B ms':>9}{'A/ort':>7}{'B/ort':>7}"
+          f"{'A err':>9}{'B err':>9}")
+    for name in [m for m in args.models.split(",") if m]:
+        proto, feed = SUITE[name]()
+        model = th.load_model(proto, name=name)
+        inputs = {s.name: feed[s.source_name or s.name] for s in model.inputs}
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        options.log_severity_level = 3
+        session = ort.InferenceSession(proto.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        want = session.run(None, feed)
+        table.reset_table()
+        pass_.fast_math = fast_math.fast_math
+        new = build(model, devices)
+        without_conv_class_rules()
+        old = build(model, devices)
+        table.reset_table()
+        pass_.fast_math = fast_math.fast_math
+        best = {"ort": math.inf, "A": math.inf, "B": math.inf}
+        for _ in range(args.rounds):
+            time.sleep(0.3)
+            best["ort"] = min(best["ort"], th.time_function(
+                lambda: session.run(None, feed), repeat=args.repeat).median)
+            for key, compiled in (("A", old), ("B", new)):
+                time.sleep(0.3)
+                best[key] = min(best[key], compiled.benchmark(inputs, repeat=args.repeat).median)
+        errors = [max_relative_error(c.run(inputs), want) for c in (old, new)]
+        print(f"{name:<20}{best['ort']:>9.3f}{best['A']:>9.3f}{best['B']:>9.3f}"
+              f"{best['A'] / best['ort']:>7.2f}{best['B'] / best['ort']:>7.2f}"
+              f"{errors[0]:>9.1e}{errors[1]:>9.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
