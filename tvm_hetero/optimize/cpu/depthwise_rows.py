@@ -117,7 +117,7 @@ class DepthwiseRows(Rule):
         init = sch.decompose_reduction(conv, rc)
         sch.vectorize(sch.get_loops(init)[-1])
         for block_rv in prologue:  # padding: per task, else first over channels and rows
-            if not prologue_per_task(sch, block_rv, tasks):
+            if not prologue_per_task(sch, block_rv, tasks, target):
                 prologue_loops = sch.get_loops(block_rv)
                 sch.parallel(sch.fuse(*prologue_loops[:3]))
         return sch.mod["main"]
