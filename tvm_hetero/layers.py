@@ -242,6 +242,20 @@ def layer_output_test(mod):
     return from_layer
 
 
+def tuple_fields(expr, ty, bound: dict) -> list:
+    """The fields of a tuple-typed expression: a tuple literal's own fields (followed through
+    `bound`, ``main``'s bindings by variable), else one ``TupleGetItem`` per field."""
+    from tvm import relax
+
+    literal = expr
+    while isinstance(literal, relax.Var) and isinstance(bound.get(literal),
+                                                        (relax.Var, relax.Tuple)):
+        literal = bound[literal]
+    if isinstance(literal, relax.Tuple):
+        return list(literal.fields)
+    return [relax.TupleGetItem(expr, i) for i in range(len(ty.fields))]
+
+
 def output_tensors(mod) -> list:
     """The tensors ``main`` returns, its result flattened through tuples (tuple literals
     followed through their bindings), as expressions of ``main``."""
@@ -254,13 +268,7 @@ def output_tensors(mod) -> list:
 
     def visit(expr, ty) -> None:
         if isinstance(ty, relax.TupleType):
-            literal = expr
-            while isinstance(literal, relax.Var) and isinstance(bound.get(literal),
-                                                                (relax.Var, relax.Tuple)):
-                literal = bound[literal]
-            fields = list(literal.fields) if isinstance(literal, relax.Tuple) else [
-                relax.TupleGetItem(expr, i) for i in range(len(ty.fields))]
-            for field_expr, field_ty in zip(fields, ty.fields):
+            for field_expr, field_ty in zip(tuple_fields(expr, ty, bound), ty.fields):
                 visit(field_expr, field_ty)
         elif isinstance(ty, relax.TensorType):
             found.append(expr)

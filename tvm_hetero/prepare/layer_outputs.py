@@ -12,7 +12,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te
 
-from ..layers import OP_KINDS_ATTR, main_bindings, output_tensors, outputs_without_layer
+from ..layers import (OP_KINDS_ATTR, main_bindings, output_tensors, outputs_without_layer,
+                      tuple_fields)
 
 
 def _copy_func(ty):
@@ -61,12 +62,7 @@ def _rebuild(expr, ty, replaced: dict, counter: list, bound: dict):
     """`expr` with the tensors at the replaced positions (in ``output_tensors`` order)
     swapped for their copies."""
     if isinstance(ty, relax.TupleType):
-        literal = expr
-        while isinstance(literal, relax.Var) and isinstance(bound.get(literal),
-                                                            (relax.Var, relax.Tuple)):
-            literal = bound[literal]
-        fields = list(literal.fields) if isinstance(literal, relax.Tuple) else [
-            relax.TupleGetItem(expr, i) for i in range(len(ty.fields))]
+        fields = tuple_fields(expr, ty, bound)
         start = counter[0]
         new = [_rebuild(f, fty, replaced, counter, bound) for f, fty in zip(fields, ty.fields)]
         if not any(start <= i < counter[0] for i in replaced):
