@@ -47,7 +47,8 @@ SLOW = pytest.mark.slow
     ("bvlc_alexnet", 2), ("squeezenet", 3),
     # resnet50 is built in the default run by test_optimize (rules against the default loops)
     *[pytest.param(name, 2, marks=SLOW) for name in
-      ["resnet50", "vgg19", "zfnet512", "inception_v1", "inception_v2", "densenet121", "shufflenet"]],
+      ["resnet50", "vgg19", "zfnet512", "inception_v1", "inception_v2", "densenet121",
+       "shufflenet"]],
 ])
 def test_real_onnx_graphs_random_placements(name, placements, cpu_devices):
     """The onnx package's real graphs (seeded random weights), random placements, against

@@ -494,10 +494,10 @@ def _narrow_type_name(elem_type: int) -> str | None:
 
 
 def _narrow_types(model) -> str | None:
-    """Why a model that converts to 8-bit floats or sub-byte types is refused, or None. TVM 0.27 converts
-    to them without ONNX's rounding and saturation (every such onnx node test is wrong under
-    plain TVM) and reads them wrongly too, but for E8M0: out of scope rather than a wrong
-    answer."""
+    """Why a model that converts to 8-bit floats or sub-byte types is refused, or None.
+    TVM 0.27 converts to 8-bit floats without ONNX's rounding and saturation (every such onnx
+    node test is wrong under plain TVM) and reads them wrongly too, but for E8M0; it cannot run
+    sub-byte tensors: out of scope rather than a wrong answer."""
     why = "8-bit float and sub-byte types are out of scope (TVM 0.27 neither rounds nor "\
           "saturates 8-bit floats as ONNX specifies, nor runs sub-byte tensors)"
     for node in model.graph.node:

@@ -149,6 +149,20 @@ def is_reduction_block(sch, block_rv) -> bool:
     return any(is_reduction_iter(iv) for iv in sch.get(block_rv).iter_vars)
 
 
+def schedule_one_reduction(func, kind: str):
+    """``(schedule, root blocks, index of the reduction block)`` for a kernel of layer kind
+    `kind` with exactly one reduction block, else None: where the reduction rules start."""
+    from tvm import s_tir
+
+    from ...layers import kernel_kind
+
+    if kernel_kind(func) != kind:
+        return None
+    sch = s_tir.Schedule(func)
+    found = one_reduction(sch)
+    return None if found is None else (sch, *found)
+
+
 def one_reduction(sch) -> tuple[list, int] | None:
     """``(root blocks, index of the reduction block)`` of a kernel with exactly one reduction
     block, else None."""

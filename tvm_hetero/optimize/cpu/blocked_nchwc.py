@@ -3,10 +3,9 @@ channel blocks x output columns, each a contiguous vector; epilogue per tile."""
 
 from __future__ import annotations
 
-from ...layers import kernel_kind
 from ..rule import Rule
 from .base import (PACKED_ACCUMULATORS, epilogue_at, finish_register_tile, inline_identity_copies,
-                   loop_extent, one_reduction, packed_tile, vector_lanes)
+                   loop_extent, schedule_one_reduction, packed_tile, vector_lanes)
 
 class BlockedNCHWc(Rule):
     """The ``blocked-nchwc`` rule: convolutions in the blocked layout NCHW16c: register tiles of
@@ -30,16 +29,11 @@ class BlockedNCHWc(Rule):
         first, in parallel. Returns None for other kernels (other layouts, blocks that are not one
         vector of the target).
         """
-        from tvm import s_tir
-
-        if kernel_kind(func) != "conv2d":
-            return None
-        lanes, registers = vector_lanes(target)
-        sch = s_tir.Schedule(func)
-        found = one_reduction(sch)
+        found = schedule_one_reduction(func, "conv2d")
         if found is None:
             return None
-        blocks, main_index = found
+        lanes, registers = vector_lanes(target)
+        sch, blocks, main_index = found
         conv = blocks[main_index]
         block = sch.get(conv)
         out = block.writes[0].source if len(block.writes) == 1 else None

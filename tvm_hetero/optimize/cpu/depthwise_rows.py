@@ -4,10 +4,9 @@ window unrolled so each loaded input row serves every output row it reaches; epi
 
 from __future__ import annotations
 
-from ...layers import kernel_kind
 from ..rule import Rule
 from .base import (epilogue_at, inline_identity_copies, largest_divisor, loop_extent,
-                   one_reduction, prologue_per_task, vector_lanes)
+                   schedule_one_reduction, prologue_per_task, vector_lanes)
 
 # Output rows per register tile: with a K-row window, R rows load R + K - 1 input rows (times K
 # column offsets) for R * K * K multiply-adds, against K * K loads per row one row at a time.
@@ -77,16 +76,11 @@ class DepthwiseRows(Rule):
         (a task pads its own channel's few rows). Returns None for anything else (grouped
         convolutions with several input channels per group, the blocked layout).
         """
-        from tvm import s_tir
-
-        if kernel_kind(func) != "conv2d":
-            return None
-        lanes, _ = vector_lanes(target)
-        sch = s_tir.Schedule(func)
-        found = one_reduction(sch)
+        found = schedule_one_reduction(func, "conv2d")
         if found is None:
             return None
-        blocks, main_index = found
+        lanes, _ = vector_lanes(target)
+        sch, blocks, main_index = found
         conv = blocks[main_index]
         loops = sch.get_loops(conv)
         out = sch.get(conv).writes[0].source if len(sch.get(conv).writes) == 1 else None

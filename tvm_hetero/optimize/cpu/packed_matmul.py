@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...layers import kernel_kind
 from ..rule import Rule
 from .base import (accumulate_in_registers, cpu_traits, epilogue_at, inline_identity_copies,
-                   largest_divisor, loop_extent, one_reduction)
+                   largest_divisor, loop_extent, one_reduction, schedule_one_reduction)
 from .fast_math import fast_math
 from .packed_weights import PACKED_WEIGHTS_ATTR
 
@@ -137,11 +137,10 @@ class PackedMatmul(Rule):
         traits = cpu_traits(target)
         lanes = traits.lanes
         func = fast_math(func)
-        sch = s_tir.Schedule(func)
-        found = one_reduction(sch)
+        found = schedule_one_reduction(func, "matmul")
         if found is None:
             return None
-        blocks, main_index = found
+        sch, blocks, main_index = found
         main = blocks[main_index]
         block = sch.get(main)
         kinds = ["R" if iv.iter_type == 2 else "S" for iv in block.iter_vars]

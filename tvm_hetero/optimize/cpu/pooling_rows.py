@@ -3,10 +3,9 @@ vectors of output columns per window offset; padding computed first."""
 
 from __future__ import annotations
 
-from ...layers import kernel_kind
 from ..rule import Rule
 from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, is_reduction_iter, iterations,
-                   largest_divisor, loop_extent, one_reduction)
+                   largest_divisor, loop_extent, schedule_one_reduction)
 
 # Vector lanes of the pooling rule: the largest divisor of the output width up to this many
 # (ResNet-50's 56-wide max pool: 14 lanes 0.12 ms, 28 lanes 0.16, 56 lanes 0.31; scalar 0.22).
@@ -37,16 +36,11 @@ class PoolingRows(Rule):
         None for other kernels and for NCHW widths with no divisor of at least 4 lanes (those keep
         ``parallel-loops``).
         """
-        from tvm import s_tir
-
         del target
-        if kernel_kind(func) != "pooling":
-            return None
-        sch = s_tir.Schedule(func)
-        found = one_reduction(sch)
+        found = schedule_one_reduction(func, "pooling")
         if found is None:
             return None
-        blocks, pool_index = found
+        sch, blocks, pool_index = found
         pool = blocks[pool_index]
         kinds = [is_reduction_iter(iv) for iv in sch.get(pool).iter_vars]
         loops = sch.get_loops(pool)
