@@ -21,9 +21,8 @@ never modified; an all-on-one-device placement inserts no copy.
 
 from __future__ import annotations
 
-import re
-
 import logging
+import re
 
 from .errors import PlacementError
 from .layers import HOST_ALLOCATING, classify_bindings, host_builtin, is_layered
@@ -107,7 +106,7 @@ class _Rewrite:
     def _value_device(self, value, name: str):
         """Device index of a bound (new) value that is no layer; None when unknown."""
         builtin = host_builtin(value)
-        if builtin is not None and builtin in HOST_ALLOCATING:
+        if builtin in HOST_ALLOCATING:
             # numpy inside the VM: the result is allocated on the host CPU whatever the
             # devices, so each layer reading it gets its own copy (device unknown: None)
             logger.info("%s (%s) runs on the host CPU inside the VM; its output is copied to "

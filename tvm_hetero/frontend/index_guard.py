@@ -34,8 +34,7 @@ def _guard_func(shape: tuple[int, ...], dtype: str, bounds: tuple[int, ...], mes
     # loops: tir.is_scheduled keeps the schedule rules away); bound j checks column j
     @T.prim_func(private=True, check_well_formed=False)
     def guard(idx_in: T.handle, bounds_in: T.handle, idx_out: T.handle):
-        T.func_attr({"tir.noalias": True, "tir.is_scheduled": True,
-                     "tvm_hetero.index_bounds_param": 1})
+        T.func_attr({"tir.noalias": True, "tir.is_scheduled": True})
         src = T.match_buffer(idx_in, shape, dtype)
         limit = T.match_buffer(bounds_in, (cols,), "int32")
         dst = T.match_buffer(idx_out, shape, dtype)
@@ -53,7 +52,7 @@ def _guard_func(shape: tuple[int, ...], dtype: str, bounds: tuple[int, ...], mes
                     assert index >= -extent and index < extent, message
                     dst_flat[vi, vj] = T.if_then_else(index < 0, index + extent, index)
 
-    return guard
+    return guard.with_attr(BOUNDS_PARAM_ATTR, 1)  # bounds_in
 
 
 def static_dims(expr, what: str) -> tuple[int, ...]:

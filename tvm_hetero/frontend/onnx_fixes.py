@@ -502,9 +502,10 @@ def _narrow_types(model) -> str | None:
           "saturates 8-bit floats as ONNX specifies, nor runs sub-byte tensors)"
     for node in model.graph.node:
         for attr in node.attribute:
-            if node.op_type == "Cast" and attr.name == "to" and _narrow_type_name(attr.i):
-                return (f"op Cast (node {node.name or node.output[0]}) converts to "
-                        f"{_narrow_type_name(attr.i)}: {why}")
+            name = _narrow_type_name(attr.i) if node.op_type == "Cast" and attr.name == "to" \
+                else None
+            if name:
+                return f"op Cast (node {node.name or node.output[0]}) converts to {name}: {why}"
     for value in model.graph.output:  # CastLike's (its type comes from an input)
         name = _narrow_type_name(value.type.tensor_type.elem_type)
         if name:
