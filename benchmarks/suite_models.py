@@ -2,8 +2,9 @@
 random weights, nothing downloaded), plus the onnx package's light graphs with seeded weights.
 
 ``SUITE`` maps a model name to a function returning ``(onnx.ModelProto, inputs)``: the inputs
-by ONNX input name (token ids in range, attention masks of zeros and ones). TVM 0.27's ONNX
-frontend does not import LSTM or GRU: those two fail with a ModelError (the suite reports them).
+by ONNX input name (token ids in range, attention masks of zeros and ones). LSTM and GRU, which
+TVM 0.27's ONNX frontend does not import, come through tvm_hetero's own converter
+(``tvm_hetero/frontend/recurrent.py``).
 MobileNetV2 is full depth; the MobileNetV3 and EfficientNet entries are three blocks each.
 """
 

@@ -747,3 +747,6 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
     if importer.upper_bounds:
         mod["main"] = mod["main"].with_attr(UPPER_BOUND_ATTR, importer.upper_bounds)
     return materialize_constant_outputs(mod)
+
+
+from . import recurrent  # noqa: E402,F401 (registers the LSTM, GRU and RNN converters)

@@ -143,6 +143,9 @@ class PackedMatmul(Rule):
         sch, blocks, main_index = found
         main = blocks[main_index]
         block = sch.get(main)
+        if any(not sch.get(consumer).same_as(block) for producer in blocks[:main_index]
+               for consumer in sch.get_consumers(producer)):
+            return None  # an input the epilogue reads (a recurrent step's slice): no tile
         kinds = ["R" if iv.iter_type == 2 else "S" for iv in block.iter_vars]
         loops = sch.get_loops(main)
         if len(kinds) < 3 or kinds != ["S"] * (len(kinds) - 1) + ["R"] \

@@ -165,6 +165,9 @@ class Tiled(Rule):
         for block_rv in epilogue:
             reads = [region.source for region in sch.get(block_rv).reads]
             if any(buffer.same_as(output) for buffer in reads):
+                if [str(d) for d in sch.get(block_rv).writes[0].source.shape] != \
+                        [str(d) for d in output.shape]:
+                    return None  # columns regrouped (a GRU step's gates): not per tile
                 # only the epilogue's own lane loop: a tile of one lane has none, and
                 # vectorizing lane_outer (around the reduction) is miscompiled by TVM 0.27 (the
                 # accumulator compacted to one element for all lanes: docs/design.md)
