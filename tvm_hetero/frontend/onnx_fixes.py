@@ -750,3 +750,6 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
 
 
 from . import recurrent  # noqa: E402,F401 (registers the LSTM, GRU and RNN converters)
+
+
+from . import attention  # noqa: E402,F401 (registers ONNX's Attention converter)

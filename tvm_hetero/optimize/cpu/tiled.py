@@ -90,6 +90,8 @@ class Tiled(Rule):
         from tvm import s_tir
         from tvm.s_tir.dlight.analysis import normalize_prim_func
 
+        if any(str(getattr(param.ty, "dtype", "")) == "bfloat16" for param in func.params):
+            return None  # TVM 0.27's LLVM codegen cannot store a bfloat16 vector accumulator
         target_rows, target_lanes = tiled_tile(target)
         rows, lanes, cols = self.rows or target_rows, self.lanes or target_lanes, self.cols
         if kernel_kind(func) == "matmul":
