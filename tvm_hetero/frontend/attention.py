@@ -51,6 +51,12 @@ def _attention(importer, inputs, attrs, opset):
         k = bb.normalize(relax.op.concat([past_k, k], axis=2))
         v = bb.normalize(relax.op.concat([past_v, v], axis=2))
     present_k, present_v = k, v
+    io_dtype = dtype
+    if dtype in ("float16", "bfloat16"):  # computed in float32 (as onnxruntime does)
+        dtype = "float32"
+        q, k, v = (bb.normalize(relax.op.astype(t, dtype)) for t in (q, k, v))
+        if mask is not None and str(mask.ty.dtype) != "bool":
+            mask = bb.normalize(relax.op.astype(mask, dtype))
     kv_heads, kv_len = static_dims(k, what)[1:3]
     if q_heads != kv_heads:
         if q_heads % kv_heads:
@@ -94,7 +100,9 @@ def _attention(importer, inputs, attrs, opset):
     if rank == 3:
         y = relax.op.reshape(bb.normalize(relax.op.permute_dims(y, [0, 2, 1, 3])),
                              [batch, q_len, -1])
-    results = [bb.normalize(y), present_k, present_v, qk_output]
+    if io_dtype != dtype:
+        y, qk_output = (relax.op.astype(t, io_dtype) for t in (y, qk_output))
+    results = [bb.normalize(y), present_k, present_v, bb.normalize(qk_output)]
     count = attrs["tvm_custom"]["num_outputs"]
     return results[0] if count == 1 else relax.Tuple(results[:count])
 
