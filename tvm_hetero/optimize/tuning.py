@@ -92,6 +92,8 @@ class TuningSummary:
     reused: int = 0
     tuned: int = 0
     kept_rule: int = 0  # Winograd kernels: MetaSchedule's search does not reach their rule
+    symbolic: int = 0  # kernels whose shapes depend on input values: they keep their rule
+    left_to_rules: int = 0  # light kernels outside `kernel_share`: not tuned this run
     seconds: float = 0.0
 
 
@@ -174,6 +176,39 @@ class TuningDatabase:
             if func.attrs is not None else tuned
 
 
+def has_symbolic_shape(func) -> bool:
+    """Whether a kernel has a dimension only known at run time (an output of NonZero, Unique,
+    Compress ...): a buffer with a symbolic extent or a dimension passed in as a scalar."""
+    import tvm
+
+    for param in func.params:
+        shape = getattr(param.ty, "shape", None)
+        if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+            return True
+    return False
+
+
+def _heaviest(kernels, device, share):
+    """The kernels that make up `share` of the device's time under the rules (each kernel
+    timed alone, rule-scheduled, times its calls), heaviest first."""
+    weighted = []
+    for kernel in kernels:
+        name, func, calls = kernel
+        ms = time_kernel(*kernel_for(func, device), device)
+        weighted.append((ms * calls, kernel))
+        logger.info("kernel %s on %s: %.4f ms x %d calls under the rules", name, device.name,
+                    ms, calls)
+    weighted.sort(key=lambda item: -item[0])
+    total = sum(weight for weight, _ in weighted)
+    chosen, covered = [], 0.0
+    for weight, kernel in weighted:
+        if chosen and covered >= share * total:
+            break
+        chosen.append(kernel)
+        covered += weight
+    return chosen
+
+
 def _kernels_by_device(model, placement, devices):
     """``{device name: [(func name, func, calls)]}`` for the kernels the placement runs."""
     mod = layered_module(model, PrepareConfig.for_devices(devices))
@@ -188,7 +223,8 @@ def _kernels_by_device(model, placement, devices):
 
 
 def tune_kernels(model, placement, devices, trials: int, database: str | TuningDatabase,
-                 *, trials_per_iter: int = 16, seed: int = 0, progress=None) -> TuningSummary:
+                 *, kernel_share: float = 1.0, trials_per_iter: int = 16, seed: int = 0,
+                 progress=None) -> TuningSummary:
     """Tune the kernels of `placement` with MetaSchedule, keeping the results in `database`.
 
     Parameters
@@ -204,6 +240,15 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
         already in the database are reused, not tuned again; 0 tunes nothing.
     database : str or TuningDatabase
         The tuning directory.
+    kernel_share : float
+        Tune only the heaviest kernels: those that together make up this share (0 < share <= 1)
+        of the device's time under the rules, each kernel timed alone rule-scheduled times its
+        calls (default 1.0: every kernel, nothing timed first). MetaSchedule's task scheduler
+        spends a first round of `trials_per_iter` trials on every kernel it is given, so a
+        small budget over many kernels goes mostly to the light ones; 0.8 puts it where the
+        time is. The kernels left out keep their rule and are tuned by a later run with a
+        larger share. Winograd kernels and kernels with shapes known only at run time are
+        never tuned (they keep their rule) and are not counted in the share.
     trials_per_iter : int
         Candidates measured per MetaSchedule search iteration.
     progress : callable, optional
@@ -215,6 +260,8 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
     """
     if trials < 0:
         raise HeteroError(f"tuning trials must be >= 0, got {trials}")
+    if not 0 < kernel_share <= 1:
+        raise HeteroError(f"the kernel share to tune must be in (0, 1], got {kernel_share}")
     start = time.perf_counter()
     model = load_model(model)
     devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
@@ -231,12 +278,33 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
             winograd = [kernel for kernel in kernels if is_winograd(kernel[1])]
             summary.kept_rule += len(winograd)
             kernels = [kernel for kernel in kernels if kernel not in winograd]
+        # shapes known only at run time: MetaSchedule cannot measure them, nor a build apply
+        # a schedule tuned at fixed shapes to them
+        symbolic = [kernel for kernel in kernels if has_symbolic_shape(kernel[1])]
+        for name, _, _ in symbolic:
+            logger.info("kernel %s on %s keeps its rule, not tuned: its shapes depend on input "
+                        "values", name, device_name)
+        summary.symbolic += len(symbolic)
+        kernels = [kernel for kernel in kernels if not has_symbolic_shape(kernel[1])]
         todo = [(name, func, calls) for name, func, calls in kernels
                 if not db.has(func, target)]
         summary.reused += len(kernels) - len(todo)
         if not todo or trials == 0:
             continue
         DeviceSet([device]).check_runtime()  # kernels are measured on the device itself
+        if kernel_share < 1:
+            heaviest = _heaviest(kernels, device, kernel_share)
+            chosen = {name for name, _, _ in heaviest}
+            left = [kernel for kernel in todo if kernel[0] not in chosen]
+            for name, _, _ in left:
+                logger.info("kernel %s on %s keeps its rule, not tuned: outside the heaviest "
+                            "%.0f %% of the time", name, device_name, 100 * kernel_share)
+            summary.left_to_rules += len(left)
+            # heaviest first: the task scheduler's first round goes through them in this order
+            todo_names = {name for name, _, _ in todo}
+            todo = [kernel for kernel in heaviest if kernel[0] in todo_names]
+            if not todo:
+                continue
         # tuned before, compared under older rules: compared again, not tuned again
         untuned = [kernel for kernel in todo
                    if not db.ms_database.has_workload(_workload(kernel[1], target))]
