@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import sys
@@ -217,7 +218,11 @@ def main() -> None:
     target = device_set.devices[0].target
     threads = host_num_cores()
     print(f"CPU: {cpu_name()}, {threads} cores; target {json.dumps(target)}")
-    if args.tune_only:
+    if args.tune_only:  # a long run's log: each kernel ranked, left out, compared
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        logging.getLogger("tvm_hetero.optimize.tuning").addHandler(handler)
+        logging.getLogger("tvm_hetero.optimize.tuning").setLevel(logging.INFO)
         total = time.perf_counter()
         for name in names:
             proto, _ = SUITE[name]()
