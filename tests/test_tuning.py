@@ -283,3 +283,26 @@ def test_kernels_with_shapes_known_only_at_run_time_keep_their_rule(tmp_path, ca
     cpu = th.DeviceSet.parse(["cpu"])["cpu"]
     with pytest.raises(th.ModelError, match="known only at run time.*bounded_kernel"):
         time_kernel(*kernel_for(mod[mod.get_global_var("take")], cpu), cpu)
+
+
+def test_kernels_of_a_tune_stopped_before_measuring_them_are_tuned_again(tmp_path, monkeypatch):
+    from tvm_hetero.layers import layered_module
+    from tvm_hetero.optimize import RULES_VERSION, tuning
+    from tvm_hetero.optimize.tuning import _workload
+
+    model = zoo("mlp")
+    devices = th.DeviceSet.parse(["cpu"])
+    target = devices["cpu"].tvm_target()
+    mod = layered_module(model)
+    names = sorted({layer.func_name for layer in th.extract_layers(model)})
+    db = TuningDatabase(tmp_path)
+    for name in names:  # what MetaSchedule writes first, before it measures anything
+        db.ms_database.commit_workload(_workload(mod[mod.get_global_var(name)], target))
+    sent = []
+    monkeypatch.setattr(tuning, "_run_metaschedule",
+                        lambda kernels, *args: sent.extend(name for name, _, _ in kernels))
+    monkeypatch.setattr(tuning, "_compare", lambda db, name, func, calls, device, target: {
+        "name": name, "device": device.name, "target": str(target), "trials": 0,
+        "tuned_ms": None, "rule_ms": 1.0, "rule": "tiled", "rules_version": RULES_VERSION})
+    tune_kernels(model, "all:cpu", devices, trials=8, database=TuningDatabase(tmp_path))
+    assert sorted(sent) == names

@@ -161,6 +161,14 @@ class TuningDatabase:
     def has(self, func, target) -> bool:
         return self._choice(_workload(func, target)) is not None
 
+    def has_records(self, func, target) -> bool:
+        """Whether MetaSchedule measured `func` on `target` (a tune stopped part-way has
+        registered its kernels' workloads before measuring any of them)."""
+        workload = _workload(func, target)
+        if not self.ms_database.has_workload(workload):
+            return False
+        return bool(self.ms_database.get_top_k(self.ms_database.commit_workload(workload), 1))
+
     def schedule(self, func, target):
         """The tuned PrimFunc for `func` on `target` when tuning beat the rules, else None."""
         workload = _workload(func, target)
@@ -306,8 +314,7 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
             if not todo:
                 continue
         # tuned before, compared under older rules: compared again, not tuned again
-        untuned = [kernel for kernel in todo
-                   if not db.ms_database.has_workload(_workload(kernel[1], target))]
+        untuned = [kernel for kernel in todo if not db.has_records(kernel[1], target)]
         if untuned:
             if progress:
                 progress(f"tuning {len(untuned)} kernels on {device_name} ({trials} trials)")
@@ -333,23 +340,28 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
 def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_cores):
     from tvm.s_tir import meta_schedule as ms
 
+    from .builder_pool import PooledBuilder
+
     cores = num_cores or host_num_cores()
     contexts = [ms.TuneContext(mod=_workload(func, target), target=target,
                                space_generator="post-order-apply",
                                search_strategy="evolutionary", task_name=name,
                                rand_state=seed + index, num_threads=cores).clone()
                 for index, (name, func, _) in enumerate(kernels)]
+    builder = PooledBuilder(max_workers=cores, timeout_sec=BUILDER_TIMEOUT_S)
     try:
         ms.tune_tasks(
             tasks=contexts, task_weights=[float(calls) for _, _, calls in kernels],
             work_dir=db.path, max_trials_global=trials,
             num_trials_per_iter=min(trials_per_iter, trials),
-            builder=ms.builder.LocalBuilder(max_workers=cores, timeout_sec=BUILDER_TIMEOUT_S),
+            builder=builder,
             runner=ms.runner.LocalRunner(timeout_sec=RUNNER_TIMEOUT_S),
             database=db.ms_database, cost_model=ms.cost_model.XGBModel(
                 num_tuning_cores=cores, tree_method="auto"))
     except Exception as err:  # noqa: BLE001 (MetaSchedule raises TVMError/RuntimeError)
         raise BuildError(f"MetaSchedule tuning failed: {error_message(err)}") from err
+    finally:
+        builder.shutdown()
 
 
 def _compare(db, name, func, calls, device, target) -> dict:
