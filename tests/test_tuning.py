@@ -306,3 +306,27 @@ def test_kernels_of_a_tune_stopped_before_measuring_them_are_tuned_again(tmp_pat
         "tuned_ms": None, "rule_ms": 1.0, "rule": "tiled", "rules_version": RULES_VERSION})
     tune_kernels(model, "all:cpu", devices, trials=8, database=TuningDatabase(tmp_path))
     assert sorted(sent) == names
+
+
+@pytest.mark.slow  # two sets of builder workers, each importing tvm.s_tir.tensor_intrin
+def test_the_pooled_builder_keeps_its_workers_across_batches():
+    import tvm
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from tvm_hetero.layers import layered_module
+    from tvm_hetero.optimize.builder_pool import PooledBuilder
+
+    mod = layered_module(zoo("mlp"))
+    name = th.extract_layers(zoo("mlp"))[-1].func_name
+    target = th.DeviceSet.parse(["cpu"])["cpu"].tvm_target()
+    kernel = tvm.IRModule({"main": mod[mod.get_global_var(name)].with_attr("global_symbol",
+                                                                            "main")})
+    builder = PooledBuilder(max_workers=1, timeout_sec=300, batches_per_pool=2)
+    try:
+        for _ in range(3):
+            results = builder.build([BuilderInput(kernel, target)] * 2)
+            assert [r.error_msg for r in results] == [None, None]
+            assert all(r.artifact_path for r in results)
+    finally:
+        builder.shutdown()
+    assert builder.pools_started == 2  # batches 1-2 on the first workers, 3 on fresh ones
