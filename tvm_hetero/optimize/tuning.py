@@ -11,6 +11,9 @@ kernel by its tuned schedule only where that one measured faster than the rules.
 made against older default rules (``optimize.RULES_VERSION``) are not used: the kernel is
 compared again (and tuned again only when the MetaSchedule database has no record of it).
 
+With ``kernel_share`` below 1 only the heaviest kernels (by their time under the rules times
+their calls) are tuned; kernels whose shapes depend on input values keep their rule.
+
 A kernel is tuned per target: the same convolution on ``cpu`` (znver5) and on
 ``cpu-generic`` (x86-64) are two workloads, since the best schedule of one is not the other's.
 """
