@@ -5,6 +5,8 @@ onnxruntime (CPU provider, same thread count) and tvm_hetero, the best median of
     python benchmarks/model_suite.py [--models a,b] [--rounds 3] [--list]
                                      [--target-mcpu haswell | --device SPEC]
                                      [--no-kernel-times] [--json out.json]
+                                     [--tune-trials N --tuning-db DIR [--tune-share F]
+                                      [--tune-only]]
 
 Prints the ratio tvm_hetero / onnxruntime per model, the geometric mean and the worst, the CPU
 (/proc/cpuinfo) and the target; then a kernel census: every kernel no rule scheduled
@@ -12,12 +14,22 @@ Prints the ratio tvm_hetero / onnxruntime per model, the geometric mean and the 
 --no-kernel-times) each kernel timed alone under the rules the build chose
 (``tvm_hetero.profiles.kernel_for``), summed per kernel class, to attribute the time.
 Models: ``benchmarks/suite_models.py``.
+
+With ``--tune-trials N --tuning-db DIR`` each model's all-on-device placement is first tuned
+with MetaSchedule (``tvm_hetero.tune_kernels``: N trials per model, shared by its kernels; with
+``--tune-share F`` only the heaviest kernels making up that share of its time under the rules),
+then built with the database, and a "tuned" column is timed beside "rules" in the same
+alternating rounds. DIR is one database for the suite, reused across runs: kernels already
+there are not tuned again (``--tuning-db DIR`` alone builds the tuned column from what DIR
+holds). ``--tune-only`` tunes into DIR and stops (a long tune, in the background, for a later
+timed run).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import sys
@@ -33,6 +45,7 @@ from suite_models import SUITE  # noqa: E402
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
 from tvm_hetero.layers import layered_module  # noqa: E402
+from tvm_hetero.optimize import TUNED  # noqa: E402
 from tvm_hetero.profiles import kernel_for, time_kernel  # noqa: E402
 from tvm_hetero.testing import max_relative_error  # noqa: E402
 
@@ -91,8 +104,23 @@ def ort_op_times(proto, feed, runs: int = 20) -> dict[str, float]:
     return {op: sum(durs[-runs * max(nodes[op], 1):]) / runs for op, durs in totals.items()}
 
 
-def prepare(name, device_set, kernel_times):
-    """Build one model, check it against onnxruntime, census its kernels."""
+def tune(name, model, device_set, args):
+    """Tune one model's all-on-device kernels into args.tuning_db: (summary, seconds)."""
+    start = time.perf_counter()
+    summary = th.tune_kernels(model, f"all:{device_set.devices[0].name}", device_set,
+                              args.tune_trials, args.tuning_db, kernel_share=args.tune_share)
+    seconds = time.perf_counter() - start
+    left = f", {summary.left_to_rules} light kernels left to the rules" \
+        if summary.left_to_rules else ""
+    print(f"{name}: tuned {summary.tuned} kernels, {summary.reused} reused{left}; "
+          f"{sum(c.trials for c in summary.choices)} trials in the database for them, "
+          f"{sum(c.use_tuned for c in summary.choices)} faster than the rules; "
+          f"{seconds:.0f} s", flush=True)
+    return summary, seconds
+
+
+def prepare(name, device_set, kernel_times, args):
+    """Build one model (and its tuned build), check it against onnxruntime, census its kernels."""
     proto, feed = SUITE[name]()
     model = th.load_model(proto, name=name)
     inputs = {spec.name: feed[spec.source_name or spec.name] for spec in model.inputs}
@@ -109,6 +137,12 @@ def prepare(name, device_set, kernel_times):
     compiled = th.build(model, f"all:{device.name}", device_set)
     build_s = time.perf_counter() - start
     error = max_relative_error(compiled.run(inputs), want)
+    tuned = summary = None
+    tune_s = 0.0
+    if args.tuning_db:
+        summary, tune_s = tune(name, model, device_set, args)
+        tuned = th.build(model, f"all:{device.name}", device_set, tuning_db=args.tuning_db)
+        error = max(error, max_relative_error(tuned.run(inputs), want))
     layers = th.extract_layers(model)
     rules = compiled.stats.rules
     kernels = []
@@ -130,7 +164,11 @@ def prepare(name, device_set, kernel_times):
                             klass=kernel_class(layer, rule), ms=ms))
     return dict(name=name, model=model, compiled=compiled, inputs=inputs, session=session,
                 feed=feed, ort_ops=ort_ops, error=error, build_s=build_s, kernels=kernels,
-                ort_ms=math.inf, ours_ms=math.inf)
+                tuned=tuned, tune_s=tune_s,
+                trials=sum(c.trials for c in summary.choices) if summary else 0,
+                tuned_kernels=sum(r == TUNED for r in tuned.stats.rules.values()) if tuned
+                else 0,
+                ort_ms=math.inf, ours_ms=math.inf, tuned_ms=math.inf)
 
 
 def main() -> None:
@@ -143,6 +181,16 @@ def main() -> None:
     parser.add_argument("--target-mcpu", help="an LLVM CPU for the device (haswell: AVX2)")
     parser.add_argument("--no-kernel-times", action="store_true")
     parser.add_argument("--json", help="write the raw figures here")
+    parser.add_argument("--tune-trials", type=int, default=0, metavar="N",
+                        help="MetaSchedule trials per model before timing (needs --tuning-db)")
+    parser.add_argument("--tuning-db", metavar="DIR",
+                        help="the tuning database, one for the suite, reused across runs; "
+                             "alone: the tuned column from what it holds")
+    parser.add_argument("--tune-share", type=float, default=1.0, metavar="F",
+                        help="tune only the heaviest kernels, this share of each model's time "
+                             "under the rules (default 1.0: all)")
+    parser.add_argument("--tune-only", action="store_true",
+                        help="tune into --tuning-db and stop: nothing built or timed")
     args = parser.parse_args()
     if args.list:
         print("\n".join(SUITE))
@@ -151,6 +199,12 @@ def main() -> None:
     unknown = [n for n in names if n not in SUITE]
     if unknown:
         print(f"Error: unknown model(s) {', '.join(unknown)}; --list shows the suite")
+        sys.exit(2)
+    if (args.tune_trials or args.tune_only) and not args.tuning_db:
+        print("Error: --tune-trials and --tune-only need --tuning-db DIR")
+        sys.exit(2)
+    if args.tune_trials < 0 or not 0 < args.tune_share <= 1:
+        print("Error: --tune-trials must be >= 0 and --tune-share in (0, 1]")
         sys.exit(2)
     spec = args.device
     if args.target_mcpu:
@@ -164,14 +218,31 @@ def main() -> None:
     target = device_set.devices[0].target
     threads = host_num_cores()
     print(f"CPU: {cpu_name()}, {threads} cores; target {json.dumps(target)}")
+    if args.tune_only:  # a long run's log: each kernel ranked, left out, compared
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        logging.getLogger("tvm_hetero.optimize.tuning").addHandler(handler)
+        logging.getLogger("tvm_hetero.optimize.tuning").setLevel(logging.INFO)
+        total = time.perf_counter()
+        for name in names:
+            proto, _ = SUITE[name]()
+            try:
+                tune(name, th.load_model(proto, name=name), device_set, args)
+            except Exception as err:  # a model the frontend cannot take: a result
+                print(f"{name}: FAILED {type(err).__name__}: "
+                      f"{str(err).strip().splitlines()[0][:200]}", flush=True)
+        print(f"tuned into {args.tuning_db} in {time.perf_counter() - total:.0f} s")
+        return
+    tuning = f"and tuned ({args.tune_trials} MetaSchedule trials per model, share " \
+        f"{args.tune_share}, database {args.tuning_db})" if args.tuning_db else ", no tuning"
     print(f"onnxruntime {ort.__version__} CPU provider, {threads} intra-op threads; "
-          f"tvm_hetero default rules, no tuning; tolerance {TOLERANCE} (max abs error / max abs)")
+          f"tvm_hetero default rules {tuning}; tolerance {TOLERANCE} (max abs error / max abs)")
 
     rows, failures = [], {}
     for name in names:
         start = time.perf_counter()
         try:
-            row = prepare(name, device_set, not args.no_kernel_times)
+            row = prepare(name, device_set, not args.no_kernel_times, args)
         except Exception as err:  # a model the frontend or a rule cannot take: a result
             failures[name] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
             print(f"{name}: FAILED {failures[name]}", flush=True)
@@ -194,19 +265,32 @@ def main() -> None:
             time.sleep(SETTLE_S)
             row["ours_ms"] = min(row["ours_ms"],
                                  row["compiled"].benchmark(row["inputs"], repeat=repeat).median)
+            if row["tuned"] is not None:
+                time.sleep(SETTLE_S)
+                row["tuned_ms"] = min(row["tuned_ms"], row["tuned"].benchmark(
+                    row["inputs"], repeat=repeat).median)
 
-    print(f"\n{'model':<20}{'ort ms':>10}{'ours ms':>10}{'ours/ort':>10}{'layers':>8}"
+    tuned_head = f"{'tuned ms':>10}{'tuned/ort':>10}{'trials':>8}{'tuned k.':>9}{'tune s':>8}" \
+        if args.tuning_db else ""
+    print(f"\n{'model':<20}{'ort ms':>10}{'ours ms':>10}{'ours/ort':>10}{tuned_head}{'layers':>8}"
           f"{'unsched.':>10}{'error':>10}{'kernels ms':>12}")
-    ratios = {}
+    ratios, tuned_ratios = {}, {}
     for row in rows:
         ratio = row["ours_ms"] / row["ort_ms"]
         if row["name"] not in failures:
             ratios[row["name"]] = ratio
+        tuned_cols = ""
+        if args.tuning_db:
+            tuned_ratio = row["tuned_ms"] / row["ort_ms"]
+            if row["name"] not in failures:
+                tuned_ratios[row["name"]] = tuned_ratio
+            tuned_cols = (f"{row['tuned_ms']:>10.3f}{tuned_ratio:>10.2f}{row['trials']:>8}"
+                          f"{row['tuned_kernels']:>9}{row['tune_s']:>8.0f}")
         ksum = f"{sum(k['ms'] for k in row['kernels']):.3f}" if not args.no_kernel_times \
             else "-"
         mark = " WRONG" if row["name"] in failures else ""
         print(f"{row['name']:<20}{row['ort_ms']:>10.3f}{row['ours_ms']:>10.3f}{ratio:>10.2f}"
-              f"{len(row['kernels']):>8}"
+              f"{tuned_cols}{len(row['kernels']):>8}"
               f"{sum(1 for k in row['kernels'] if k['rule'] is None):>10}"
               f"{row['error']:>10.1e}{ksum:>12}{mark}")
     for name, why in failures.items():
@@ -218,6 +302,12 @@ def main() -> None:
         print(f"geometric mean {geomean:.2f} over {len(ratios)} models; worst {worst} "
               f"{ratios[worst]:.2f}; <= 1.5x: {sum(r <= 1.5 for r in ratios.values())}"
               f"/{len(ratios)}")
+    if tuned_ratios:
+        geomean = math.exp(sum(math.log(r) for r in tuned_ratios.values()) / len(tuned_ratios))
+        worst = max(tuned_ratios, key=tuned_ratios.get)
+        print(f"tuned: geometric mean {geomean:.2f} over {len(tuned_ratios)} models; worst "
+              f"{worst} {tuned_ratios[worst]:.2f}; {sum(r['trials'] for r in rows)} trials in "
+              f"the database, {sum(r['tune_s'] for r in rows):.0f} s of tuning")
 
     print("\nKernel census: kernels with no rule (TVM default loops), by class")
     census = defaultdict(lambda: {"models": set(), "layers": 0, "ms": 0.0})
@@ -266,7 +356,8 @@ def main() -> None:
         print(f"  {op:<24} {entry['ms']:>9.3f} ms  " + ", ".join(f"{m} {ms:.2f}" for m, ms in top))
 
     if args.json:
-        keys = ("name", "ort_ms", "ours_ms", "error", "build_s", "ort_ops", "kernels")
+        keys = ("name", "ort_ms", "ours_ms", "error", "build_s", "ort_ops", "kernels",
+                "tuned_ms", "trials", "tuned_kernels", "tune_s")
         out = {"cpu": cpu_name(), "target": target, "threads": threads,
                "onnxruntime": ort.__version__, "tolerance": TOLERANCE, "failures": failures,
                "models": [{key: row[key] for key in keys} for row in rows]}

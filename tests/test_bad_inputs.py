@@ -669,6 +669,12 @@ def _(d, s):
                     "--tuning-db", str(d / "db"))
 
 
+@bad_input("tune-share-out-of-range", "--tune-share must be in (0, 1], got 1.5")
+def _(d, s):
+    return _compile("zoo:mlp", "all:cpu", str(d / "m.so"), "--tune-trials", "4",
+                    "--tuning-db", str(d / "db"), "--tune-share", "1.5")
+
+
 @bad_input("tuning-db-empty", "holds no tuned kernel")
 def _(d, s):
     (d / "db").mkdir()

@@ -122,20 +122,25 @@ def test_comparisons_against_older_rules_are_not_used(tuned_db, tmp_path):
     assert not db.has(func, th.DeviceSet.parse(["cpu"])["cpu"].tvm_target())  # compared again
 
 
-def test_kernels_tuned_before_newer_rules_are_compared_again_not_tuned_again(tuned_db, tmp_path):
-    from tvm_hetero.optimize import RULES_VERSION
+def test_kernels_tuned_before_newer_rules_are_compared_again_not_tuned_again(tuned_db, tmp_path,
+                                                                            monkeypatch):
+    from tvm_hetero.optimize import RULES_VERSION, tuning
 
-    path, _ = tuned_db
+    path, summary = tuned_db
     copy = _copy(path, tmp_path / "db")
     data = json.loads((copy / CHOICES_FILE).read_text())
     for choice in data["kernels"].values():
         choice["rules_version"] = RULES_VERSION - 1
     (copy / CHOICES_FILE).write_text(json.dumps(data))
-    records = (copy / "database_tuning_record.json").read_text()
+    sent = []
+    monkeypatch.setattr(tuning, "_run_metaschedule",
+                        lambda kernels, *args: sent.extend(name for name, _, _ in kernels))
     again = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=12,
                          database=str(copy))
     assert again.tuned == 3 and again.reused == 0
-    assert (copy / "database_tuning_record.json").read_text() == records  # no new trials
+    # only the kernels the first run's 4 trials never reached are tuned now
+    measured = {c.name for c in summary.choices if c.trials}
+    assert measured and sorted(sent) == sorted({c.name for c in summary.choices} - measured)
     kernels = json.loads((copy / CHOICES_FILE).read_text())["kernels"].values()
     assert all(choice["rules_version"] == RULES_VERSION for choice in kernels)
 
@@ -200,3 +205,133 @@ def test_winograd_kernels_keep_their_rule_and_are_not_tuned(tmp_path, monkeypatc
     assert summary.kept_rule == 1
     assert sorted(sent) == sorted(compared) == sorted(kernels - {"fused_conv2d1_add1_relu1"})
     assert summary.tuned == len(kernels) - 1
+
+
+def test_a_kernel_share_tunes_only_the_heaviest_kernels_heaviest_first(tmp_path, monkeypatch):
+    import tvm_ffi
+
+    from tvm_hetero.layers import layered_module
+    from tvm_hetero.optimize import RULES_VERSION, tuning
+
+    model = zoo("mlp")
+    mod = layered_module(model)
+    names = sorted({layer.func_name for layer in th.extract_layers(model)})
+    funcs = {name: mod[mod.get_global_var(name)] for name in names}
+    # each kernel's time alone under the rules (each is called once): the last one is 80 %
+    rule_ms = {names[0]: 1.0, names[1]: 1.5, names[2]: 10.0}
+
+    def fake_time(lib, func, device, **_):
+        return next(ms for name, ms in rule_ms.items()
+                    if tvm_ffi.structural_equal(funcs[name], lib))
+
+    sent, compared = [], []
+
+    def fake_compare(db, name, func, calls, device, target):
+        compared.append(name)
+        return {"name": name, "device": device.name, "target": str(target), "trials": 0,
+                "tuned_ms": None, "rule_ms": rule_ms[name], "rule": "tiled",
+                "rules_version": RULES_VERSION}
+
+    monkeypatch.setattr(tuning, "kernel_for", lambda func, device: (func, func))
+    monkeypatch.setattr(tuning, "time_kernel", fake_time)
+    monkeypatch.setattr(tuning, "_run_metaschedule",
+                        lambda kernels, *args: sent.append([name for name, _, _ in kernels]))
+    monkeypatch.setattr(tuning, "_compare", fake_compare)
+    devices = th.DeviceSet.parse(["cpu"])
+    summary = tune_kernels(model, "all:cpu", devices, trials=8, database=str(tmp_path),
+                           kernel_share=0.75)
+    assert sent == [[names[2]]] and compared == [names[2]]
+    assert summary.tuned == 1 and summary.left_to_rules == 2
+    # a larger share later: the next heaviest, heaviest first; the one there is reused
+    sent.clear()
+    summary = tune_kernels(model, "all:cpu", devices, trials=8, database=str(tmp_path),
+                           kernel_share=0.9)
+    assert sent == [[names[1]]] and summary.reused == 1 and summary.left_to_rules == 1
+    sent.clear()
+    summary = tune_kernels(model, "all:cpu", devices, trials=8, database=str(tmp_path))
+    assert sent == [[names[0]]] and summary.left_to_rules == 0 and summary.reused == 2
+
+
+def test_a_kernel_share_out_of_range_is_one_clear_error(tmp_path):
+    for share in (0.0, 1.5):  # the CLI's --tune-share: tests/test_bad_inputs.py
+        with pytest.raises(th.HeteroError, match=r"share .* must be in \(0, 1\]"):
+            tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=4,
+                         database=str(tmp_path), kernel_share=share)
+
+
+def test_kernels_with_shapes_known_only_at_run_time_keep_their_rule(tmp_path, capsys):
+    """Compress's output length depends on its condition: its kernels have symbolic shapes,
+    which MetaSchedule cannot measure; compile --tune-trials leaves them to the rules."""
+    import numpy as np
+    import onnx
+
+    from tvm_hetero.cli.main import main
+    from tvm_hetero.layers import layered_module
+    from tvm_hetero.optimize.kernel import kernel_for, time_kernel
+    from tvm_hetero.testing import onnx_node_case
+
+    proto, inputs, _ = onnx_node_case("test_compress_0")
+    path = tmp_path / "compress.onnx"
+    onnx.save(proto, str(path))
+    out = tmp_path / "compress.so"
+    code = main(["compile", str(path), "-d", "cpu", "-p", "all:cpu", "-o", str(out),
+                 "--tuning-db", str(tmp_path / "db"), "--tune-trials", "2"])
+    printed = capsys.readouterr().out
+    assert code == 0 and out.exists()
+    assert "0 kernels tuned" in printed
+    assert "2 kernels with shapes known only at run time kept their rule" in printed
+    compiled = th.load(str(out), th.DeviceSet.parse(["cpu"]))
+    np.testing.assert_array_equal(compiled.run(inputs)[0],
+                                  np.compress(inputs["condition"], inputs["input"], axis=0))
+    # timing such a kernel directly: one clear error that names the way out
+    mod = layered_module(th.load_model(proto))
+    cpu = th.DeviceSet.parse(["cpu"])["cpu"]
+    with pytest.raises(th.ModelError, match="known only at run time.*bounded_kernel"):
+        time_kernel(*kernel_for(mod[mod.get_global_var("take")], cpu), cpu)
+
+
+def test_kernels_of_a_tune_stopped_before_measuring_them_are_tuned_again(tmp_path, monkeypatch):
+    from tvm_hetero.layers import layered_module
+    from tvm_hetero.optimize import RULES_VERSION, tuning
+    from tvm_hetero.optimize.tuning import _workload
+
+    model = zoo("mlp")
+    devices = th.DeviceSet.parse(["cpu"])
+    target = devices["cpu"].tvm_target()
+    mod = layered_module(model)
+    names = sorted({layer.func_name for layer in th.extract_layers(model)})
+    db = TuningDatabase(tmp_path)
+    for name in names:  # what MetaSchedule writes first, before it measures anything
+        db.ms_database.commit_workload(_workload(mod[mod.get_global_var(name)], target))
+    sent = []
+    monkeypatch.setattr(tuning, "_run_metaschedule",
+                        lambda kernels, *args: sent.extend(name for name, _, _ in kernels))
+    monkeypatch.setattr(tuning, "_compare", lambda db, name, func, calls, device, target: {
+        "name": name, "device": device.name, "target": str(target), "trials": 0,
+        "tuned_ms": None, "rule_ms": 1.0, "rule": "tiled", "rules_version": RULES_VERSION})
+    tune_kernels(model, "all:cpu", devices, trials=8, database=TuningDatabase(tmp_path))
+    assert sorted(sent) == names
+
+
+@pytest.mark.slow  # two sets of builder workers, each importing tvm.s_tir.tensor_intrin
+def test_the_pooled_builder_keeps_its_workers_across_batches():
+    import tvm
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from tvm_hetero.layers import layered_module
+    from tvm_hetero.optimize.builder_pool import PooledBuilder
+
+    mod = layered_module(zoo("mlp"))
+    name = th.extract_layers(zoo("mlp"))[-1].func_name
+    target = th.DeviceSet.parse(["cpu"])["cpu"].tvm_target()
+    kernel = tvm.IRModule({"main": mod[mod.get_global_var(name)].with_attr("global_symbol",
+                                                                            "main")})
+    builder = PooledBuilder(max_workers=1, timeout_sec=300, batches_per_pool=2)
+    try:
+        for _ in range(3):
+            results = builder.build([BuilderInput(kernel, target)] * 2)
+            assert [r.error_msg for r in results] == [None, None]
+            assert all(r.artifact_path for r in results)
+    finally:
+        builder.shutdown()
+    assert builder.pools_started == 2  # batches 1-2 on the first workers, 3 on fresh ones

@@ -26,6 +26,7 @@ from .layers import Layer, extract_layers
 from .measure import (ErrorKind, LocalBuilder, LocalRunner, MeasureResult, MeasureTask,
                       Measurer)
 from .memory import memory_use, over_cap
+from .optimize.tuning import TuningDatabase, TuningSummary, tune_kernels
 from .placement import Placement
 from .prepare import PrepareConfig, prepare
 from .profiles import Profile, profile_model
@@ -41,7 +42,8 @@ __all__ = [
     "DeviceSet", "DeviceStatus", "ErrorKind", "HeteroError", "InputError", "InputSpec",
     "LatencySummary", "Layer", "LocalBuilder", "LocalRunner", "MeasureResult", "MeasureTask",
     "Measurer", "Model", "ModelError", "Placement", "PlacementError", "PrepareConfig", "Profile",
-    "TaskWeights", "ZOO", "build", "candidates", "extract_layers", "load", "load_model",
-    "memory_use", "over_cap", "parse_device", "parse_size", "prepare", "probe", "profile_model",
-    "STRATEGIES", "TuneResult", "time_function", "tune", "write_report", "zoo_model",
+    "TaskWeights", "TuningDatabase", "TuningSummary", "ZOO", "build", "candidates",
+    "extract_layers", "load", "load_model", "memory_use", "over_cap", "parse_device", "parse_size",
+    "prepare", "probe", "profile_model", "STRATEGIES", "TuneResult", "time_function", "tune",
+    "tune_kernels", "write_report", "zoo_model",
 ]

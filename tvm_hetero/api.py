@@ -273,7 +273,7 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
                   placement: Placement | str | None = None, records: str | None = None,
                   memory: dict[str, str | int] | None = None,
                   input_shapes: dict[str, tuple[int, ...]] | None = None,
-                  tune_trials: int = 0, tuning_db: str | None = None,
+                  tune_trials: int = 0, tuning_db: str | None = None, tune_share: float = 1.0,
                   save_placement: str | None = None, progress: Callable | None = None,
                   native_warnings: bool = False) -> CompileResult:
     """Build a placed model into one executable library and write it to `output`.
@@ -299,6 +299,10 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
         only); needs `tuning_db`.
     tuning_db : str, optional
         The tuning database directory: kernels tuned there are reused, new ones tuned into it.
+    tune_share : float
+        Tune only the heaviest kernels, those that make up this share of each device's time
+        under the rules (default 1.0: all; see :func:`~tvm_hetero.optimize.tuning.tune_kernels`,
+        its `kernel_share`).
     save_placement : str, optional
         Also write the placement used there (JSON).
     progress : callable, optional
@@ -333,7 +337,7 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
     if exceeded:
         raise PlacementError(f"placement exceeds memory caps: {describe_over_cap(exceeded)}")
     tuning_summary, tuning = _tune_kernels(loaded, placement, devices, tune_trials, tuning_db,
-                                           progress, native_warnings)
+                                           tune_share, progress, native_warnings)
     compiled = build(loaded, placement, devices, tuning_db=tuning)
     with quiet_native_stderr():  # TVM's "Scope Saving" chatter
         compiled.export_library(output)
@@ -342,10 +346,13 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
     return CompileResult(compiled, loaded, devices, placement, layers, output, tuning_summary)
 
 
-def _tune_kernels(model, placement, devices, trials, tuning_db, progress, native_warnings):
+def _tune_kernels(model, placement, devices, trials, tuning_db, share, progress,
+                  native_warnings):
     """(TuningSummary or None, TuningDatabase or None) of compile's tuning options."""
     if trials < 0:
         raise HeteroError(f"--tune-trials must be >= 0, got {trials}")
+    if not 0 < share <= 1:
+        raise HeteroError(f"--tune-share must be in (0, 1], got {share}")
     if trials and not tuning_db:
         raise HeteroError("--tune-trials needs --tuning-db DIR (where the tuned kernels are "
                           "kept and reused)")
@@ -364,7 +371,8 @@ def _tune_kernels(model, placement, devices, trials, tuning_db, progress, native
         return None, database
     # MetaSchedule's native warnings (rules unknown to a target) go to fd 2
     with quiet_native_stderr(not native_warnings):
-        summary = tune_kernels(model, placement, devices, trials, database, progress=progress)
+        summary = tune_kernels(model, placement, devices, trials, database, kernel_share=share,
+                               progress=progress)
     return summary, database
 
 

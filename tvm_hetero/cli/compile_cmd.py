@@ -32,6 +32,10 @@ def register(subparsers) -> None:
                         help="tuning database directory: kernels tuned there are reused, new "
                              "ones tuned into it; a kernel takes its tuned schedule only where "
                              "that measured faster than the rules (default: none)")
+    parser.add_argument("--tune-share", type=float, default=1.0, metavar="F",
+                        help="tune only the heaviest kernels: those that make up this share of "
+                             "each device's time under the rules, e.g. 0.8 for a small "
+                             "--tune-trials (default: 1.0, every kernel)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary")
     parser.set_defaults(func=run)
 
@@ -40,7 +44,7 @@ def run(args) -> int:
     result = api.compile_model(
         args.model, args.devices, args.output, placement=args.placement, records=args.records,
         memory=parse_memory(args.memory), input_shapes=parse_input_shapes(args.input_shape),
-        tune_trials=args.tune_trials, tuning_db=args.tuning_db,
+        tune_trials=args.tune_trials, tuning_db=args.tuning_db, tune_share=args.tune_share,
         save_placement=args.save_placement, progress=None if args.json else print,
         native_warnings=bool(args.verbose))
     if args.json:
@@ -49,7 +53,10 @@ def run(args) -> int:
     tuning = result.tuning
     if tuning is not None:
         faster = sum(1 for c in tuning.choices if c.use_tuned)
-        kept = f", {tuning.kept_rule} Winograd kernels kept their rule" if tuning.kept_rule else ""
+        kept = "".join(f", {count} {what} kept their rule" for count, what in (
+            (tuning.kept_rule, "Winograd kernels"),
+            (tuning.symbolic, "kernels with shapes known only at run time"),
+            (tuning.left_to_rules, "light kernels (--tune-share)")) if count)
         print(f"tuning: {tuning.tuned} kernels tuned, {tuning.reused} reused from "
               f"{args.tuning_db}{kept}; {faster} of {len(tuning.choices)} faster than the rules "
               f"({tuning.seconds:.0f} s)")

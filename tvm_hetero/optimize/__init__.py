@@ -5,7 +5,8 @@
 - :mod:`.table`: the table, declared in one place, in the order rules are tried;
 - :mod:`.cpu`: the CPU rules, one per file; :mod:`.gpu`: TVM dlight's rules;
 - :mod:`.pass_`: the ``OptimizeLayers`` pass; :mod:`.repack`: the packed weights' repacking;
-- :mod:`.kernel`: one kernel compiled alone and timed; :mod:`.tuning`: MetaSchedule tuning.
+- :mod:`.kernel`: one kernel compiled alone and timed; :mod:`.tuning`: MetaSchedule tuning
+  (its builder: :mod:`.builder_pool`).
 
 List the table with ``tvm-hetero optimizations`` or :func:`table_rows`, extend it with
 :func:`register_rule` (``tutorials/add_optimization_rule.py``).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..devices import Device, DeviceSet, use_every_cpu_thread
+from ..errors import ModelError
 from ..frontend.index_guard import BOUNDS_PARAM_ATTR
 from .pass_ import schedule_passes
 
@@ -47,6 +48,8 @@ def kernel_for(func, device: Device, chosen: dict | None = None):
 def time_kernel(lib, func, device: Device, repeat: int = 3, min_repeat_ms: int = 20,
                 seed: int = 0) -> float:
     """Median ms of one call of `lib` (the kernel `func` compiled), on random arguments."""
+    import tvm
+
     use_every_cpu_thread()
     dev = device.runtime_device()
     rng = np.random.default_rng(seed)
@@ -54,6 +57,10 @@ def time_kernel(lib, func, device: Device, repeat: int = 3, min_repeat_ms: int =
     bounds = _bounds_param(func)  # index checks: bounds above the random indices (in [0, 4))
     for position, param in enumerate(func.params):  # TVM 0.27: a param's type is its BufferType
         buf = param.ty
+        if not all(isinstance(d, tvm.tirx.IntImm) for d in buf.shape):
+            raise ModelError(f"kernel parameter {param.name} has a shape known only at run "
+                             f"time ({list(buf.shape)}): time layers.bounded_kernel(func, "
+                             "bounds) instead")
         low, high = (4, 1 << 16) if position == bounds else (0, 4)
         args.append(_random_tensor([int(d) for d in buf.shape], str(buf.dtype), dev, rng,
                                    low, high))

@@ -11,6 +11,9 @@ kernel by its tuned schedule only where that one measured faster than the rules.
 made against older default rules (``optimize.RULES_VERSION``) are not used: the kernel is
 compared again (and tuned again only when the MetaSchedule database has no record of it).
 
+With ``kernel_share`` below 1 only the heaviest kernels (by their time under the rules times
+their calls) are tuned; kernels whose shapes depend on input values keep their rule.
+
 A kernel is tuned per target: the same convolution on ``cpu`` (znver5) and on
 ``cpu-generic`` (x86-64) are two workloads, since the best schedule of one is not the other's.
 """
@@ -92,6 +95,8 @@ class TuningSummary:
     reused: int = 0
     tuned: int = 0
     kept_rule: int = 0  # Winograd kernels: MetaSchedule's search does not reach their rule
+    symbolic: int = 0  # kernels whose shapes depend on input values: they keep their rule
+    left_to_rules: int = 0  # light kernels outside `kernel_share`: not tuned this run
     seconds: float = 0.0
 
 
@@ -159,6 +164,14 @@ class TuningDatabase:
     def has(self, func, target) -> bool:
         return self._choice(_workload(func, target)) is not None
 
+    def has_records(self, func, target) -> bool:
+        """Whether MetaSchedule measured `func` on `target` (a tune stopped part-way has
+        registered its kernels' workloads before measuring any of them)."""
+        workload = _workload(func, target)
+        if not self.ms_database.has_workload(workload):
+            return False
+        return bool(self.ms_database.get_top_k(self.ms_database.commit_workload(workload), 1))
+
     def schedule(self, func, target):
         """The tuned PrimFunc for `func` on `target` when tuning beat the rules, else None."""
         workload = _workload(func, target)
@@ -172,6 +185,39 @@ class TuningDatabase:
         tuned = sch.mod["main"].without_attr(TUNED_FOR_ATTR).without_attr("global_symbol")
         return tuned.with_attrs({k: v for k, v in func.attrs.items()}) \
             if func.attrs is not None else tuned
+
+
+def has_symbolic_shape(func) -> bool:
+    """Whether a kernel has a dimension only known at run time (an output of NonZero, Unique,
+    Compress ...): a buffer with a symbolic extent or a dimension passed in as a scalar."""
+    import tvm
+
+    for param in func.params:
+        shape = getattr(param.ty, "shape", None)
+        if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+            return True
+    return False
+
+
+def _heaviest(kernels, device, share):
+    """The kernels that make up `share` of the device's time under the rules (each kernel
+    timed alone, rule-scheduled, times its calls), heaviest first."""
+    weighted = []
+    for kernel in kernels:
+        name, func, calls = kernel
+        ms = time_kernel(*kernel_for(func, device), device)
+        weighted.append((ms * calls, kernel))
+        logger.info("kernel %s on %s: %.4f ms x %d calls under the rules", name, device.name,
+                    ms, calls)
+    weighted.sort(key=lambda item: -item[0])
+    total = sum(weight for weight, _ in weighted)
+    chosen, covered = [], 0.0
+    for weight, kernel in weighted:
+        if chosen and covered >= share * total:
+            break
+        chosen.append(kernel)
+        covered += weight
+    return chosen
 
 
 def _kernels_by_device(model, placement, devices):
@@ -188,7 +234,8 @@ def _kernels_by_device(model, placement, devices):
 
 
 def tune_kernels(model, placement, devices, trials: int, database: str | TuningDatabase,
-                 *, trials_per_iter: int = 16, seed: int = 0, progress=None) -> TuningSummary:
+                 *, kernel_share: float = 1.0, trials_per_iter: int = 16, seed: int = 0,
+                 progress=None) -> TuningSummary:
     """Tune the kernels of `placement` with MetaSchedule, keeping the results in `database`.
 
     Parameters
@@ -204,6 +251,15 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
         already in the database are reused, not tuned again; 0 tunes nothing.
     database : str or TuningDatabase
         The tuning directory.
+    kernel_share : float
+        Tune only the heaviest kernels: those that together make up this share (0 < share <= 1)
+        of the device's time under the rules, each kernel timed alone rule-scheduled times its
+        calls (default 1.0: every kernel, nothing timed first). MetaSchedule's task scheduler
+        spends a first round of `trials_per_iter` trials on every kernel it is given, so a
+        small budget over many kernels goes mostly to the light ones; 0.8 puts it where the
+        time is. The kernels left out keep their rule and are tuned by a later run with a
+        larger share. Winograd kernels and kernels with shapes known only at run time are
+        never tuned (they keep their rule) and are not counted in the share.
     trials_per_iter : int
         Candidates measured per MetaSchedule search iteration.
     progress : callable, optional
@@ -215,6 +271,8 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
     """
     if trials < 0:
         raise HeteroError(f"tuning trials must be >= 0, got {trials}")
+    if not 0 < kernel_share <= 1:
+        raise HeteroError(f"the kernel share to tune must be in (0, 1], got {kernel_share}")
     start = time.perf_counter()
     model = load_model(model)
     devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
@@ -231,15 +289,35 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
             winograd = [kernel for kernel in kernels if is_winograd(kernel[1])]
             summary.kept_rule += len(winograd)
             kernels = [kernel for kernel in kernels if kernel not in winograd]
+        # shapes known only at run time: MetaSchedule cannot measure them, nor a build apply
+        # a schedule tuned at fixed shapes to them
+        symbolic = [kernel for kernel in kernels if has_symbolic_shape(kernel[1])]
+        for name, _, _ in symbolic:
+            logger.info("kernel %s on %s keeps its rule, not tuned: its shapes depend on input "
+                        "values", name, device_name)
+        summary.symbolic += len(symbolic)
+        kernels = [kernel for kernel in kernels if not has_symbolic_shape(kernel[1])]
         todo = [(name, func, calls) for name, func, calls in kernels
                 if not db.has(func, target)]
         summary.reused += len(kernels) - len(todo)
         if not todo or trials == 0:
             continue
         DeviceSet([device]).check_runtime()  # kernels are measured on the device itself
+        if kernel_share < 1:
+            heaviest = _heaviest(kernels, device, kernel_share)
+            chosen = {name for name, _, _ in heaviest}
+            left = [kernel for kernel in todo if kernel[0] not in chosen]
+            for name, _, _ in left:
+                logger.info("kernel %s on %s keeps its rule, not tuned: outside the heaviest "
+                            "%.0f %% of the time", name, device_name, 100 * kernel_share)
+            summary.left_to_rules += len(left)
+            # heaviest first: the task scheduler's first round goes through them in this order
+            todo_names = {name for name, _, _ in todo}
+            todo = [kernel for kernel in heaviest if kernel[0] in todo_names]
+            if not todo:
+                continue
         # tuned before, compared under older rules: compared again, not tuned again
-        untuned = [kernel for kernel in todo
-                   if not db.ms_database.has_workload(_workload(kernel[1], target))]
+        untuned = [kernel for kernel in todo if not db.has_records(kernel[1], target)]
         if untuned:
             if progress:
                 progress(f"tuning {len(untuned)} kernels on {device_name} ({trials} trials)")
@@ -265,23 +343,28 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
 def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_cores):
     from tvm.s_tir import meta_schedule as ms
 
+    from .builder_pool import PooledBuilder
+
     cores = num_cores or host_num_cores()
     contexts = [ms.TuneContext(mod=_workload(func, target), target=target,
                                space_generator="post-order-apply",
                                search_strategy="evolutionary", task_name=name,
                                rand_state=seed + index, num_threads=cores).clone()
                 for index, (name, func, _) in enumerate(kernels)]
+    builder = PooledBuilder(max_workers=cores, timeout_sec=BUILDER_TIMEOUT_S)
     try:
         ms.tune_tasks(
             tasks=contexts, task_weights=[float(calls) for _, _, calls in kernels],
             work_dir=db.path, max_trials_global=trials,
             num_trials_per_iter=min(trials_per_iter, trials),
-            builder=ms.builder.LocalBuilder(max_workers=cores, timeout_sec=BUILDER_TIMEOUT_S),
+            builder=builder,
             runner=ms.runner.LocalRunner(timeout_sec=RUNNER_TIMEOUT_S),
             database=db.ms_database, cost_model=ms.cost_model.XGBModel(
                 num_tuning_cores=cores, tree_method="auto"))
     except Exception as err:  # noqa: BLE001 (MetaSchedule raises TVMError/RuntimeError)
         raise BuildError(f"MetaSchedule tuning failed: {error_message(err)}") from err
+    finally:
+        builder.shutdown()
 
 
 def _compare(db, name, func, calls, device, target) -> dict:
