@@ -49,7 +49,7 @@ class BlockedNCHWc(Rule):
             sch.compute_inline(block_rv)
         n, f, y, x, lane, rc, ry, rx, rl = sch.get_loops(conv)
         vectors, columns = packed_tile(loop_extent(sch, f), loop_extent(sch, x),
-                                        PACKED_ACCUMULATORS[registers])
+                                        PACKED_ACCUMULATORS[registers], registers)
         f_outer, f_vectors = sch.split(f, [None, vectors])
         x_outer, x_inner = sch.split(x, [None, columns])
         sch.reorder(n, f_outer, y, x_outer, rc, ry, rx, rl, f_vectors, x_inner, lane)
