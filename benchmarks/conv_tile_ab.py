@@ -1,7 +1,8 @@
 """Register-tile A/B on the convolution and matmul kernels of suite models: every such kernel
 of the models (prepared for the target, as a build for it is) compiled with the channel-vector
 rules' tiles of rules version 14 (A: ``PACKED_ACCUMULATORS = {32: 16, 16: 6}``, Winograd's
-products 2 channel blocks x the columns left) and with the current ones (B), timed alone in
+products 2 channel blocks x the columns left, blocked-nchwc's tiles over the whole reduction)
+and with the current ones (B), timed alone in
 alternating rounds in one process (best of rounds), summed per model with each kernel's
 number of calls. With ``--cpu-time`` each kernel is timed by the CPU time of its calls
 (``time.process_time``) instead of the wall clock: on a machine shared with other jobs that
@@ -15,6 +16,7 @@ is what the tile changes (run it with ``TVM_NUM_THREADS=1`` to time one core's w
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -29,7 +31,7 @@ import tvm  # noqa: E402
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
 from tvm_hetero.layers import kernel_kind, layered_module  # noqa: E402
-from tvm_hetero.optimize.cpu import base, winograd  # noqa: E402
+from tvm_hetero.optimize.cpu import base, blocked_nchwc, winograd  # noqa: E402
 from tvm_hetero.optimize.kernel import kernel_for, time_kernel  # noqa: E402
 from tvm_hetero.prepare import PrepareConfig  # noqa: E402
 
@@ -45,18 +47,25 @@ def old_products_tile(channel_blocks, tile_cols, vectors_per_block, registers):
         tile_cols, max(1, accumulators // (k_blocks * vectors_per_block)))
 
 
+def without_reduction_blocks(target):
+    """`cpu_traits` as blocked-nchwc saw them in rules version 14: its tiles ran over the whole
+    reduction whatever the L1 cache (a cache no tile's weights outgrow)."""
+    return dataclasses.replace(base.cpu_traits(target), l1_bytes=1 << 40)
+
+
 def compiled(func, device, old: bool):
     """``(library, scheduled function, rule)`` of `func` with the old tiles or the current."""
-    saved = dict(base.PACKED_ACCUMULATORS), winograd.products_tile
+    saved = dict(base.PACKED_ACCUMULATORS), winograd.products_tile, blocked_nchwc.cpu_traits
     if old:
         base.PACKED_ACCUMULATORS.update(OLD_ACCUMULATORS)
         winograd.products_tile = old_products_tile
+        blocked_nchwc.cpu_traits = without_reduction_blocks
     try:
         chosen: dict = {}
         lib, scheduled = kernel_for(func, device, chosen)
     finally:
         base.PACKED_ACCUMULATORS.update(saved[0])
-        winograd.products_tile = saved[1]
+        winograd.products_tile, blocked_nchwc.cpu_traits = saved[1:]
     return lib, scheduled, chosen.get("main")
 
 

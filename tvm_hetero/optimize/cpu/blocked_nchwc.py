@@ -4,8 +4,9 @@ channel blocks x output columns, each a contiguous vector; epilogue per tile."""
 from __future__ import annotations
 
 from ..rule import Rule
-from .base import (PACKED_ACCUMULATORS, epilogue_at, finish_register_tile, inline_identity_copies,
-                   loop_extent, schedule_one_reduction, packed_tile, vector_lanes)
+from .base import (PACKED_ACCUMULATORS, cpu_traits, epilogue_at, finish_register_tile,
+                   inline_identity_copies, iterations, loop_extent, packed_tile,
+                   schedule_one_reduction, vector_lanes)
 
 class BlockedNCHWc(Rule):
     """The ``blocked-nchwc`` rule: convolutions in the blocked layout NCHW16c: register tiles of
@@ -52,8 +53,16 @@ class BlockedNCHWc(Rule):
                                         PACKED_ACCUMULATORS[registers], registers)
         f_outer, f_vectors = sch.split(f, [None, vectors])
         x_outer, x_inner = sch.split(x, [None, columns])
-        sch.reorder(n, f_outer, y, x_outer, rc, ry, rx, rl, f_vectors, x_inner, lane)
-        *tile, tile_lane = epilogue_at(sch, tail[-1], x_outer)  # blocks, columns; lanes
+        window = loop_extent(sch, ry) * loop_extent(sch, rx)
+        if window > 1 and vectors * lanes * iterations(sch, [rc, ry, rx, rl]) * 4 \
+                > cpu_traits(target).l1_bytes:
+            # the row's tiles inside each input channel block: the block's weights stay in L1
+            sch.reorder(n, f_outer, y, rc, x_outer, ry, rx, rl, f_vectors, x_inner, lane)
+            *tile, tile_lane = epilogue_at(sch, tail[-1], y)  # blocks, columns; lanes
+            tile = tile[:1]  # the row's columns stay a loop
+        else:
+            sch.reorder(n, f_outer, y, x_outer, rc, ry, rx, rl, f_vectors, x_inner, lane)
+            *tile, tile_lane = epilogue_at(sch, tail[-1], x_outer)  # blocks, columns; lanes
         # padding, when not per task, first: parallel over blocks and rows
         finish_register_tile(sch, conv, epilogue_loops=tile, epilogue_lane=tile_lane,
                              task_loops=[n, f_outer, y], tile=[f_vectors, x_inner], lane=lane,
