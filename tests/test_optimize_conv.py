@@ -148,8 +148,8 @@ def test_blocked_convolutions_compute_right_with_the_targets_tiles(mcpu, accumul
 
     target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
     lanes = cpu_traits(target).lanes
-    # 28 wide: AVX2 2 x 4 direct tiles and 1 x 7 Winograd ones, AVX-512 4 x 4 and 2 x 7; the
-    # direct tiles' weights (36 KB, 147 KB) outgrow L1: tiles inside each input channel block
+    # 28 wide: AVX2 2 x 4 direct tiles and 1 x 7 Winograd ones, AVX-512 4 x 4 and 2 x 7; AVX2's
+    # direct tiles' weights (36 KB) outgrow L1: the tiles inside each input channel block
     func = _blocked_conv(lanes, 8 * lanes, 28, winograd_form)
     assert scheduled_and_checked(func, target, rtol=1e-4) == rule
     scheduled, _ = optimize_function(func.with_attr("target", target), target)
