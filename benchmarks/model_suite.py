@@ -143,10 +143,12 @@ def prepare(name, device_set, kernel_times, args):
         summary, tune_s = tune(name, model, device_set, args)
         tuned = th.build(model, f"all:{device.name}", device_set, tuning_db=args.tuning_db)
         error = max(error, max_relative_error(tuned.run(inputs), want))
-    layers = th.extract_layers(model)
+    # the layers a build for this device set has (its lanes: 8-lane blocks for haswell)
+    config = th.PrepareConfig.for_devices(device_set)
+    layers = th.extract_layers(model, config)
     rules = compiled.stats.rules
     kernels = []
-    mod = layered_module(model) if kernel_times else None
+    mod = layered_module(model, config) if kernel_times else None
     timed: dict[str, tuple[float, str | None]] = {}
     for layer in layers:
         rule = rules.get(layer.func_name, "?")

@@ -25,9 +25,10 @@ from .rule import FAMILIES, Rule
 # split-k-gemv, 10 blocked-nchwc and blocked pools, 11 pads small convolutions' input per
 # parallel task and compares tuned kernels in alternating rounds, 13 injective-lanes,
 # row-reductions and packed-matmul, 14 tiles, registers and caches from the target,
-# depthwise-rows and vector exp/sigmoid in every CPU kernel): tuned-vs-rules comparisons stored
-# in a tuning database under another version are measured again.
-RULES_VERSION = 14
+# depthwise-rows and vector exp/sigmoid in every CPU kernel, 15 the channel-vector rules' AVX2
+# tiles within the registers and Winograd's products tile from packed_tile): tuned-vs-rules
+# comparisons stored in a tuning database under another version are measured again.
+RULES_VERSION = 15
 
 
 def default_table() -> dict[tuple[str, str], list[Rule]]:

@@ -51,10 +51,25 @@ def walks_contiguously(block, lane_var) -> bool:
 
 
 # Register tile of the channel-vector rules (packed-weights, blocked-nchwc, pixel-lanes-1x1,
-# winograd): at most this many vector accumulators (of 32 AVX-512
-# registers, or of 16 AVX2 ones), leaving room for weight vectors and broadcast inputs. On
-# ResNet-50's convolutions 14-16 accumulators ran at the same speed, 28 at half of it.
-PACKED_ACCUMULATORS = {32: 16, 16: 6}
+# winograd): at most this many vector accumulators (of 32 AVX-512 registers, or of 16 AVX2
+# ones), the operands they need within the registers too (`tile_registers`). AVX-512: on
+# ResNet-50's convolutions 14-16 accumulators ran at the same speed, 28 at half of it. AVX2:
+# 14, so that a prime width gets one column per accumulator (13 wide, 1 x 13: 90 GF/s per core
+# against 54 for 4 x 1); the former 6 gave 2 x 2 tiles on every width of the form 7 * 2^k (VGG,
+# ResNet), whose 4 accumulators cannot cover the latency of two FMA pipes: 55-57 GF/s per
+# core on VGG's and ResNet's 3x3 layers, 2 x 4 tiles 91-102 (Zen 4 running haswell code;
+# AVX-512 4 x 4 tiles 111-114).
+PACKED_ACCUMULATORS = {32: 16, 16: 14}
+
+
+def tile_registers(outer: int, inner: int) -> int:
+    """Vector registers a register tile of `outer` x `inner` accumulators holds at once (its
+    loops unrolled, `inner` innermost): the accumulators, the `inner` operands (vectors or
+    broadcasts), which LLVM keeps for the next `outer` step once there is one, and the outer
+    operand. Measured on AVX2's 16 (Zen 4, blocked 3x3 convolutions, weight vectors outer,
+    broadcast columns inner): 4 x 3 (16 registers) 101-109 GF/s per core, 2 x 7 (22) and 2 x 6
+    (19) 47-52, 1 x 14 (16) 94-99; packed-matmul's 3 x 4 (17) spilled."""
+    return outer * inner + (inner if outer > 1 else 1) + 1
 
 
 def vector_lanes(target) -> tuple[int, int]:
@@ -108,13 +123,19 @@ def cpu_traits(target) -> CpuTraits:
     return CpuTraits(lanes, registers, l1_bytes, l2_bytes)
 
 
-def packed_tile(channel_blocks: int, width: int, accumulators: int) -> tuple[int, int]:
+def packed_tile(channel_blocks: int, width: int, accumulators: int, registers: int,
+                vectors_inner: bool = False) -> tuple[int, int]:
     """``(channel vectors, output columns)`` per register tile: the fewest loads per
     multiply-add (a tile of c vectors x w columns loads c weight vectors and broadcasts w
-    inputs for c * w multiply-adds), then the largest tile; both divide their extents."""
+    inputs for c * w multiply-adds), then the largest tile; both divide their extents. At
+    most `accumulators`, within the target's `registers` (`tile_registers`, the columns
+    innermost, or the vectors with `vectors_inner`)."""
+    def fits(c, w):
+        return (tile_registers(w, c) if vectors_inner else tile_registers(c, w)) <= registers
+
     options = [(c, w) for c in range(1, min(channel_blocks, 4) + 1) if channel_blocks % c == 0
                for w in range(1, min(width, accumulators) + 1) if width % w == 0
-               and c * w <= accumulators]
+               and c * w <= accumulators and fits(c, w)]
     return min(options, key=lambda cw: ((cw[0] + cw[1]) / (cw[0] * cw[1]), -cw[0] * cw[1]))
 
 

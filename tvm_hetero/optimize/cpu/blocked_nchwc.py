@@ -4,8 +4,17 @@ channel blocks x output columns, each a contiguous vector; epilogue per tile."""
 from __future__ import annotations
 
 from ..rule import Rule
-from .base import (PACKED_ACCUMULATORS, epilogue_at, finish_register_tile, inline_identity_copies,
-                   loop_extent, schedule_one_reduction, packed_tile, vector_lanes)
+from .base import (PACKED_ACCUMULATORS, cpu_traits, epilogue_at, finish_register_tile,
+                   inline_identity_copies, iterations, loop_extent, packed_tile,
+                   schedule_one_reduction, vector_lanes)
+
+# Reduction blocks (the row's tiles inside each input channel block) on targets with at most
+# this many vector registers: AVX2's 8-accumulator tiles over 256-512 channels 51-72 -> 97-103
+# GFLOP per CPU second (Zen 4 running haswell code); AVX-512's 16-accumulator tiles the same
+# either way per kernel alone (107-113) but 1 % slower over VGG-19's and ResNet-50's 3x3
+# layers in conv_tile_ab's alternating rounds.
+REDUCTION_BLOCK_REGISTERS = 16
+
 
 class BlockedNCHWc(Rule):
     """The ``blocked-nchwc`` rule: convolutions in the blocked layout NCHW16c: register tiles of
@@ -24,7 +33,12 @@ class BlockedNCHWc(Rule):
         register tile of ``v`` output-channel blocks times ``w`` output columns, each a vector of
         the block's lanes, accumulates over the whole reduction (per step ``v`` contiguous weight
         vectors, ``w`` broadcast inputs, ``v * w`` fused multiply-adds); the epilogue writes the
-        tile out as whole contiguous vectors (onnxruntime's NCHWc kernels do the same). Identity
+        tile out as whole contiguous vectors (onnxruntime's NCHWc kernels do the same). On
+        AVX2 (`REDUCTION_BLOCK_REGISTERS`) a windowed convolution whose tile's weights (all
+        input channels) outgrow the target's L1 data cache runs the row's tiles inside each
+        input channel block instead, its accumulators kept in the row's buffer between
+        blocks, so a block's weights are read from L1 by every tile of the row (a 1x1
+        window's 8 steps per block are too few: 5-15 % slower). Identity
         padding is inlined; real padding is computed per parallel task (`prologue_per_task`), or
         first, in parallel. Returns None for other kernels (other layouts, blocks that are not one
         vector of the target).
@@ -49,11 +63,20 @@ class BlockedNCHWc(Rule):
             sch.compute_inline(block_rv)
         n, f, y, x, lane, rc, ry, rx, rl = sch.get_loops(conv)
         vectors, columns = packed_tile(loop_extent(sch, f), loop_extent(sch, x),
-                                        PACKED_ACCUMULATORS[registers])
+                                        PACKED_ACCUMULATORS[registers], registers)
         f_outer, f_vectors = sch.split(f, [None, vectors])
         x_outer, x_inner = sch.split(x, [None, columns])
-        sch.reorder(n, f_outer, y, x_outer, rc, ry, rx, rl, f_vectors, x_inner, lane)
-        *tile, tile_lane = epilogue_at(sch, tail[-1], x_outer)  # blocks, columns; lanes
+        window = loop_extent(sch, ry) * loop_extent(sch, rx)
+        traits = cpu_traits(target)
+        if window > 1 and traits.registers <= REDUCTION_BLOCK_REGISTERS \
+                and vectors * lanes * iterations(sch, [rc, ry, rx, rl]) * 4 > traits.l1_bytes:
+            # the row's tiles inside each input channel block: the block's weights stay in L1
+            sch.reorder(n, f_outer, y, rc, x_outer, ry, rx, rl, f_vectors, x_inner, lane)
+            *tile, tile_lane = epilogue_at(sch, tail[-1], y)  # blocks, columns; lanes
+            tile = tile[:1]  # the row's columns stay a loop
+        else:
+            sch.reorder(n, f_outer, y, x_outer, rc, ry, rx, rl, f_vectors, x_inner, lane)
+            *tile, tile_lane = epilogue_at(sch, tail[-1], x_outer)  # blocks, columns; lanes
         # padding, when not per task, first: parallel over blocks and rows
         finish_register_tile(sch, conv, epilogue_loops=tile, epilogue_lane=tile_lane,
                              task_loops=[n, f_outer, y], tile=[f_vectors, x_inner], lane=lane,

@@ -128,7 +128,7 @@ class PackedWeights(Rule):
         last = tail[-1]
         n, f, y, x, rc, ry, rx = sch.get_loops(conv)
         vectors, columns = packed_tile(channels // lanes, loop_extent(sch, x),
-                                        PACKED_ACCUMULATORS[registers])
+                                        PACKED_ACCUMULATORS[registers], registers)
         f_outer, f_vectors, f_lanes = sch.split(f, [None, vectors, lanes])
         x_outer, x_inner = sch.split(x, [None, columns])
         sch.reorder(n, f_outer, y, x_outer, rc, ry, rx, f_vectors, x_inner, f_lanes)

@@ -5,20 +5,25 @@ from __future__ import annotations
 
 from ...layers import kernel_kind
 from ..rule import Rule
-from .base import PACKED_ACCUMULATORS, accumulate_in_registers, cpu_traits, direct_conv
+from .base import (PACKED_ACCUMULATORS, accumulate_in_registers, cpu_traits, direct_conv,
+                   tile_registers)
 
 
 def _pixel_tile(out_channels: int, pixel_vectors: int, in_channels: int, lanes: int,
-                accumulators: int, panel_bytes: int) -> tuple[int, int] | None:
+                accumulators: int, registers: int,
+                panel_bytes: int) -> tuple[int, int] | None:
     """``(output channels, pixel vectors)`` per register tile of the pixel-lane rule: the
     fewest loads per multiply-add (r channels x v vectors: v vector loads and r broadcasts
     for r * v multiply-adds), then the largest tile, with the input panel (channels x tile
     pixels) in `panel_bytes` (the L1 data cache: it stays there while every output-channel
-    tile of it is computed); both divide their extents. None when no tile fits."""
+    tile of it is computed); both divide their extents. At most `accumulators`, within the
+    target's `registers` (`tile_registers`: the pixel vectors innermost). None when no tile
+    fits."""
     options = [(r, v) for r in range(1, min(out_channels, accumulators) + 1)
                if out_channels % r == 0
                for v in range(1, pixel_vectors + 1) if pixel_vectors % v == 0
-               and r * v <= accumulators and in_channels * v * lanes * 4 <= panel_bytes]
+               and r * v <= accumulators and tile_registers(r, v) <= registers
+               and in_channels * v * lanes * 4 <= panel_bytes]
     if not options:
         return None
     return min(options, key=lambda rv: ((rv[0] + rv[1]) / (rv[0] * rv[1]), -rv[0] * rv[1]))
@@ -78,7 +83,7 @@ class PixelLanes1x1(Rule):
             return None
         in_channels = int(weight.shape[1])
         tile = _pixel_tile(out_shape[1], pixels // lanes, in_channels, lanes,
-                           PACKED_ACCUMULATORS[registers], traits.l1_bytes)
+                           PACKED_ACCUMULATORS[registers], registers, traits.l1_bytes)
         if tile is None:
             return None
         rows, vectors = tile

@@ -7,9 +7,26 @@ from __future__ import annotations
 from ...layers import kernel_kind
 from ...ops.winograd import OUT_BLOCK, STAGES, is_winograd
 from ..rule import Rule
-from .base import PACKED_ACCUMULATORS, largest_divisor, vector_lanes
+from .base import PACKED_ACCUMULATORS, largest_divisor, packed_tile, vector_lanes
 
 __all__ = ["Winograd", "is_winograd"]
+
+
+def products_tile(channel_blocks: int, tile_cols: int, vectors_per_block: int,
+                  registers: int) -> tuple[int, int]:
+    """``(channel blocks, tile columns)`` per register tile of the channel products: blocks of
+    one vector each (the layout's blocks as wide as the target's vectors) take `packed_tile`'s
+    tile (weight vectors innermost); wider blocks (a layout prepared for wider vectors than
+    the target's) two blocks, if the channels allow, and as many columns as the accumulators
+    leave. AVX2 with the former fixed 2 blocks: 2 x 2 tiles on ResNet-50's 56x56 layers (14
+    tile columns), 2 x 1 on its 28x28 ones (7)."""
+    accumulators = PACKED_ACCUMULATORS[registers]
+    if vectors_per_block == 1:
+        return packed_tile(channel_blocks, tile_cols, accumulators, registers,
+                           vectors_inner=True)
+    k_blocks = 2 if channel_blocks % 2 == 0 and 2 * vectors_per_block <= accumulators else 1
+    return k_blocks, largest_divisor(tile_cols, max(1, accumulators
+                                                     // (k_blocks * vectors_per_block)))
 
 
 class Winograd(Rule):
@@ -33,8 +50,9 @@ class Winograd(Rule):
         input rows, their transform, the 36 channel products, the inverse transform and the output
         rows with the fused epilogue (no data crosses tasks, one thread-pool launch). The
         transforms are unrolled over the constant matrices (only their nonzero terms remain) and
-        vectorized along the channel lanes; the products are register tiles of up to 8 tiles x
-        2 channel vectors accumulated over the input channels. Returns None for other kernels.
+        vectorized along the channel lanes; the products are register tiles of tile columns x
+        channel vectors (`products_tile`) accumulated over the input channels. Returns None for
+        other kernels.
         """
         from tvm import s_tir
 
@@ -75,11 +93,8 @@ class Winograd(Rule):
             sch.vectorize(vector)
         gemm = stages[2]
         col_, e, n_, k, rc = sch.get_loops(gemm)[-5:]
-        vectors_per_block = max(1, channel_lanes // lanes)
-        k_blocks = 2 if (channel_blocks % 2 == 0
-                         and 2 * vectors_per_block <= PACKED_ACCUMULATORS[registers]) else 1
-        columns = largest_divisor(tile_cols, max(1, PACKED_ACCUMULATORS[registers]
-                                                  // (k_blocks * vectors_per_block)))
+        k_blocks, columns = products_tile(channel_blocks, tile_cols,
+                                          max(1, channel_lanes // lanes), registers)
         col_outer, col_inner = sch.split(col_, [None, columns])
         k_outer, k_inner, k_lane = sch.split(k, [None, k_blocks, channel_lanes])
         sch.reorder(e, n_, col_outer, k_outer, rc, col_inner, k_inner, k_lane)
