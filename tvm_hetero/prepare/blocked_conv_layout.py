@@ -12,6 +12,7 @@ from tvm import relax
 from ..errors import error_message
 from ..layers import main_bindings
 from ..ops import conv2d_nchwc
+from .clip_as_min_max import ClipAsMinMax
 from .config import PrepareConfig
 from .fold_constant_layouts import FoldConstantLayouts
 
@@ -47,6 +48,23 @@ def runs_as_winograd(call, config: PrepareConfig) -> bool:
                                 [int(v) for v in attrs.dilation], int(attrs.groups))
 
 
+def is_blockable_depthwise(call, lanes: int) -> bool:
+    """Whether a Relax ``conv2d`` call is a float32 NCHW/OIHW depthwise convolution (one input
+    channel per output channel, groups = channels) of a multiple of `lanes` channels."""
+    attrs, data, weight = call.attrs, call.args[0].ty, call.args[1].ty
+    if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" \
+            or str(attrs.out_layout) != "NCHW" or weight.shape is None or data.shape is None \
+            or str(weight.dtype) != "float32":
+        return False
+    try:
+        channels, per_group = int(data.shape[1]), int(weight.shape[1])
+        out_channels = int(weight.shape[0])
+    except TypeError:  # symbolic dimensions
+        return False
+    return per_group == 1 and int(attrs.groups) == channels == out_channels \
+        and channels % lanes == 0
+
+
 def _conv_calls(mod) -> list:
     return [binding.value for binding in main_bindings(mod)
             if isinstance(binding.value, relax.Call)
@@ -58,10 +76,13 @@ class BlockedConvLayout:
     """In a model whose convolutions add up to at least ``config.blocked_min_model_flops``
     FLOPs, or one of which runs as Winograd, every float32 convolution (NCHW, groups 1) whose
     input and output channels are multiples of ``config.block_lanes`` goes to the blocked
-    layout ``NCHW[lanes]c`` (``[N, C/lanes, H, W, lanes]``, weights ``OIHW[lanes]i[lanes]o``):
+    layout ``NCHW[lanes]c`` (``[N, C/lanes, H, W, lanes]``, weights ``OIHW[lanes]i[lanes]o``),
+    and so does every depthwise one of such channels (weights ``OIHW1i[lanes]o``: between
+    blocked 1x1 convolutions, MobileNet's, it would otherwise cost a transform in and out):
     every output pixel is one contiguous vector, and chains of convolutions pass activations on
     without re-layout (onnxruntime's NCHWc). A layout transform goes where the layout changes,
-    one per tensor; those of constants are folded (:class:`FoldConstantLayouts`). Nothing
+    one per tensor; those of constants are folded (:class:`FoldConstantLayouts`); clips become
+    ``maximum``/``minimum`` first (:class:`ClipAsMinMax`: they follow the layout). Nothing
     changes when ``config.blocked_layout`` is off or TVM's layout conversion fails.
 
     Parameters
@@ -77,6 +98,8 @@ class BlockedConvLayout:
         if call.op.name != "relax.nn.conv2d":
             return {}
         attrs, weight, lanes = call.attrs, call.args[1].ty, self.config.block_lanes
+        if self.config.blocked_depthwise and is_blockable_depthwise(call, lanes):
+            return {"relax.nn.conv2d": list(conv2d_nchwc.depthwise_layouts(lanes))}
         if int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" \
                 or str(attrs.out_layout) != "NCHW" or weight.shape is None \
                 or str(weight.dtype) != "float32" or any(
@@ -99,7 +122,7 @@ class BlockedConvLayout:
                         "from %.0f", flops / 1e6, config.blocked_min_model_flops / 1e6)
             return mod
         try:
-            converted = relax.transform.ConvertLayout({}, self._layout_of)(mod)
+            converted = relax.transform.ConvertLayout({}, self._layout_of)(ClipAsMinMax()(mod))
         except tvm.error.InternalError as err:  # TVM's layout inference fails on some graphs
             logger.info("convolutions stay NCHW: layout conversion failed (%s)",
                         error_message(err))
