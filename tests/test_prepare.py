@@ -357,13 +357,13 @@ def test_a_build_for_an_avx2_device_set_prepares_with_8_lanes_and_is_right():
 # depthwise convolutions in the blocked layout
 
 
-def _inverted_residual(bb, x, stride: int = 2):
-    """MobileNet's block on 32 channels: 1x1 conv, ReLU6 (``clip``), depthwise 3x3, ReLU6,
-    1x1 conv."""
-    y = bb.emit(relax.op.clip(_conv(x, _weights(32, 32, 1, 1)), 0, 6))
-    y = bb.emit(relax.op.clip(_conv(y, _weights(32, 1, 3, 3, seed=1), strides=stride,
+def _inverted_residual(bb, x, outer: int = 32):
+    """MobileNet's block, `outer` channels in and out, 32 inside: 1x1 conv, ReLU6 (``clip``),
+    depthwise 3x3 of stride 2, ReLU6, 1x1 conv."""
+    y = bb.emit(relax.op.clip(_conv(x, _weights(32, outer, 1, 1)), 0, 6))
+    y = bb.emit(relax.op.clip(_conv(y, _weights(32, 1, 3, 3, seed=1), strides=2,
                                     padding=1, groups=32), 0, 6))
-    return _conv(y, _weights(32, 32, 1, 1, seed=2))
+    return _conv(y, _weights(outer, 32, 1, 1, seed=2))
 
 
 def _bindings_of(mod, op_name):
@@ -389,6 +389,10 @@ def test_blocked_conv_layout_blocks_depthwise_convolutions_and_the_clips_between
     # off: the depthwise convolution stays NCHW, between transforms
     kept = BlockedConvLayout(replace(config, blocked_depthwise=False))(before)
     assert str(_bindings_of(kept, "relax.nn.conv2d")[1].attrs.data_layout) == "NCHW"
+    # between convolutions of 24 channels (no blocks of 16) it would cost two transforms
+    between = _module([("x", (1, 24, 28, 28))], lambda bb, x: _inverted_residual(bb, x, 24))
+    convs = _bindings_of(BlockedConvLayout(config)(between), "relax.nn.conv2d")
+    assert str(convs[1].attrs.data_layout) == ("NCHW8c" if lanes == 8 else "NCHW")
 
 
 def test_the_conv2d_legalizer_writes_the_blocked_depthwise_convolution():
