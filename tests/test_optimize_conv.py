@@ -1,6 +1,6 @@
-"""Convolution classes of the architecture suite: depthwise convolutions (``depthwise-rows``,
-``depthwise-nchwc`` in the blocked layout) and vector exp/sigmoid epilogues (``fast_math`` in every CPU kernel), each checked against TVM's
-default loops."""
+"""Convolution classes of the architecture suite: depthwise convolutions (``depthwise-rows``;
+``depthwise-nchwc`` in the blocked layout) and vector exp/sigmoid epilogues (``fast_math`` in
+every CPU kernel), each checked against TVM's default loops."""
 
 import numpy as np
 import pytest

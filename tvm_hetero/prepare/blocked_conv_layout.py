@@ -185,15 +185,15 @@ class BlockedConvLayout:
             logger.info("convolutions stay NCHW: %.0f MFLOP of them, the blocked layout pays "
                         "from %.0f", flops / 1e6, config.blocked_min_model_flops / 1e6)
             return mod
-        mod = ClipAsMinMax()(mod)
-        self._depthwise = depthwise_beside_blocked(mod, config.block_lanes) \
+        clipped = ClipAsMinMax()(mod)
+        self._depthwise = depthwise_beside_blocked(clipped, config.block_lanes) \
             if config.blocked_depthwise else []
         try:
-            converted = relax.transform.ConvertLayout({}, self._layout_of)(mod)
+            converted = relax.transform.ConvertLayout({}, self._layout_of)(clipped)
         except tvm.error.InternalError as err:  # TVM's layout inference fails on some graphs
             logger.info("convolutions stay NCHW: layout conversion failed (%s)",
                         error_message(err))
-            return mod
+            return mod  # as it came, clips too
         # one transform per tensor: ConvertLayout gives each blocked consumer its own
         converted = relax.transform.EliminateCommonSubexpr()(converted)
         return FoldConstantLayouts()(converted)

@@ -45,8 +45,8 @@ def conv2d_legalizer(config: PrepareConfig):
         if not (data_block and kernel_block and out == data and int(attrs.groups) == 1
                 and kernel_block.group(1) == data_block.group(1)):
             raise ModelError(f"conv2d with layouts {data}/{kernel}/{out} (groups {attrs.groups})"
-                             f" is not supported: NCHW, NHWC or NCHW[x]c with OIHW[x]i[y]o (depthwise: "
-                             f"OIHW1i[x]o)")
+                             f" is not supported: NCHW, NHWC or NCHW[x]c with OIHW[x]i[y]o "
+                             f"(depthwise: OIHW1i[x]o)")
         weight = call.args[1]
         if isinstance(weight, relax.Var):  # the blocked weight, folded and bound to a variable
             weight = bb.lookup_binding(weight)

@@ -24,6 +24,6 @@ from .tiled import Tiled
 from .winograd import Winograd, is_winograd
 
 __all__ = ["PACKED_WEIGHTS_ATTR", "BlockedNCHWc", "ConcatCopies", "DepthwiseNCHWc", "DepthwiseRows",
-           "InjectiveLanes", "LayoutCopies", "PackedMatmul", "PackedWeights", "ParallelLoops", "PixelLanes1x1",
-           "PoolingRows", "ReductionChains", "RowReductions", "SplitKGemv", "Tiled", "Winograd",
-           "is_winograd"]
+           "InjectiveLanes", "LayoutCopies", "PackedMatmul", "PackedWeights", "ParallelLoops",
+           "PixelLanes1x1", "PoolingRows", "ReductionChains", "RowReductions", "SplitKGemv",
+           "Tiled", "Winograd", "is_winograd"]
