@@ -309,3 +309,40 @@ def test_narrow_floats_are_refused_in_one_line(name, why):
     with pytest.raises(th.ModelError, match=refused) as err:
         th.load_model(model_proto)
     assert why in str(err.value) and "\n" not in str(err.value)
+
+
+def _clip_model(opset: int, low, high):
+    """``Clip(x)`` of a 1x16x4x4 input: bounds as constant inputs (opset 11 on) or attributes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inputs, attrs, initializers = ["x"], {}, []
+    for name, value in (("low", low), ("high", high)):
+        if opset >= 11:
+            if value is not None:
+                initializers.append(numpy_helper.from_array(np.array(value, "float32"), name))
+            inputs.append(name if value is not None else "")
+        elif value is not None:
+            attrs["min" if name == "low" else "max"] = float(value)
+    graph = helper.make_graph(
+        [helper.make_node("Clip", inputs, ["y"], **attrs)], "clip",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 4, 4])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("opset, low, high", [(13, 0.0, 6.0), (13, None, 1.5), (6, -1.0, None)])
+def test_clip_with_constant_bounds_imports_as_relax_maximum_minimum(opset, low, high):
+    # TVM's converter writes TE kernels (call_tir), which the blocked layout cannot follow
+    from tvm import relax
+
+    from tvm_hetero.layers import main_bindings
+
+    model = th.load_model(_clip_model(opset, low, high))
+    ops = [getattr(b.value.op, "name", "") for b in main_bindings(model.mod)
+           if isinstance(b.value, relax.Call)]
+    assert "relax.call_tir" not in ops
+    assert ("relax.maximum" in ops) == (low is not None)
+    assert ("relax.minimum" in ops) == (high is not None)
+    x = np.random.default_rng(0).standard_normal((1, 16, 4, 4)).astype("float32") * 4
+    (got,) = th.build(model, "all:cpu", ["cpu"]).run({model.inputs[0].name: x})
+    np.testing.assert_array_equal(got, np.clip(x, low, high))

@@ -1,6 +1,8 @@
 """The preparation passes, each on a small module against the module it should give
 (``tvm.ir.assert_structural_equal``), and the configuration's derivation from targets."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import tvm
@@ -346,6 +348,84 @@ def test_a_build_for_an_avx2_device_set_prepares_with_8_lanes_and_is_right():
     assert conv.outputs[0].shape == (1, 6, 56, 56, 8)  # Winograd in 8-lane blocks
     compiled = th.build(model, "all:d0", devices)
     assert compiled.stats.rules[conv.func_name] == "winograd"
+    reference = th.build(model, "all:d0", devices, optimize=False)
+    inputs = model.random_inputs(seed=0)
+    assert max_relative_error(compiled.run(inputs), reference.run(inputs)) < 1e-5
+
+
+# ----------------------------------------------------------------------------------------------
+# depthwise convolutions in the blocked layout
+
+
+def _inverted_residual(bb, x, outer: int = 32):
+    """MobileNet's block, `outer` channels in and out, 32 inside: 1x1 conv, ReLU6 (``clip``),
+    depthwise 3x3 of stride 2, ReLU6, 1x1 conv."""
+    y = bb.emit(relax.op.clip(_conv(x, _weights(32, outer, 1, 1)), 0, 6))
+    y = bb.emit(relax.op.clip(_conv(y, _weights(32, 1, 3, 3, seed=1), strides=2,
+                                    padding=1, groups=32), 0, 6))
+    return _conv(y, _weights(outer, 32, 1, 1, seed=2))
+
+
+def _bindings_of(mod, op_name):
+    from tvm_hetero.layers import main_bindings
+
+    return [b.value for b in main_bindings(mod) if isinstance(b.value, relax.Call)
+            and getattr(b.value.op, "name", "") == op_name]
+
+
+@pytest.mark.parametrize("lanes", [16, 8])
+def test_blocked_conv_layout_blocks_depthwise_convolutions_and_the_clips_between(lanes):
+    before = _module([("x", (1, 32, 28, 28))], _inverted_residual)
+    config = PrepareConfig(block_lanes=lanes, blocked_min_model_flops=0, winograd=False)
+    after = BlockedConvLayout(config)(before)
+    convs = _bindings_of(after, "relax.nn.conv2d")
+    assert [(str(c.attrs.data_layout), str(c.attrs.kernel_layout)) for c in convs] == [
+        conv2d_nchwc.layouts(lanes), conv2d_nchwc.depthwise_layouts(lanes),
+        conv2d_nchwc.layouts(lanes)]
+    assert [int(v) for v in convs[1].args[1].ty.shape] == [32 // lanes, 1, 3, 3, 1, lanes]
+    # one transform in, one out: the clips (as maximum/minimum) stay blocked
+    assert len(_bindings_of(after, "relax.layout_transform")) == 2
+    assert not _bindings_of(after, "relax.clip")
+    # off: the depthwise convolution stays NCHW, between transforms
+    kept = BlockedConvLayout(replace(config, blocked_depthwise=False))(before)
+    assert str(_bindings_of(kept, "relax.nn.conv2d")[1].attrs.data_layout) == "NCHW"
+    # between convolutions of 24 channels (no blocks of 16) it would cost two transforms
+    between = _module([("x", (1, 24, 28, 28))], lambda bb, x: _inverted_residual(bb, x, 24))
+    convs = _bindings_of(BlockedConvLayout(config)(between), "relax.nn.conv2d")
+    assert str(convs[1].attrs.data_layout) == ("NCHW8c" if lanes == 8 else "NCHW")
+
+
+def test_the_conv2d_legalizer_writes_the_blocked_depthwise_convolution():
+    weight = _weights(2, 1, 3, 3, 1, 16)
+    layout, kernel_layout = conv2d_nchwc.depthwise_layouts(16)
+    before = _module([("x", (1, 2, 16, 16, 16))], lambda bb, x: _conv(
+        x, weight, strides=2, padding=1, groups=32, data_layout=layout,
+        kernel_layout=kernel_layout, out_layout=layout))
+    after = relax.transform.LegalizeOps(
+        {"relax.nn.conv2d": conv2d_legalizer(PrepareConfig())})(before)
+    expected = _module([("x", (1, 2, 16, 16, 16))], lambda bb, x: bb.call_te(
+        conv2d_nchwc.depthwise_conv2d_nchwc, x, relax.const(weight), [2, 2], [1, 1, 1, 1],
+        [1, 1], primfunc_name_hint="conv2d"))
+    tvm.ir.assert_structural_equal(after, expected)
+
+
+@pytest.mark.parametrize("target, lanes", [(ZNVER4, 16), (AVX2, 8)])
+def test_a_blocked_depthwise_model_builds_with_depthwise_nchwc_and_is_right(target, lanes,
+                                                                           monkeypatch):
+    from tvm_hetero.testing import max_relative_error
+
+    for_devices = PrepareConfig.for_devices.__func__  # the blocked layout from 0 FLOPs
+    monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
+        lambda cls, devs, **more: replace(for_devices(cls, devs, **more),
+                                          blocked_min_model_flops=0)))
+    model = th.load_model(_module([("x", (1, 32, 28, 28))], _inverted_residual), name="ir")
+    devices = _devices(target)
+    layers = th.extract_layers(model, PrepareConfig.for_devices(devices))
+    compiled = th.build(model, "all:d0", devices)
+    (depthwise,) = [layer for layer in layers if layer.kind == "conv2d"  # stride 2
+                    and layer.inputs[0].shape == (1, 32 // lanes, 28, 28, lanes)
+                    and layer.outputs[0].shape == (1, 32 // lanes, 14, 14, lanes)]
+    assert compiled.stats.rules[depthwise.func_name] == "depthwise-nchwc"
     reference = th.build(model, "all:d0", devices, optimize=False)
     inputs = model.random_inputs(seed=0)
     assert max_relative_error(compiled.run(inputs), reference.run(inputs)) < 1e-5

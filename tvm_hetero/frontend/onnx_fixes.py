@@ -308,6 +308,37 @@ def _bit_shift(importer, inputs, attrs, opset):
     return relax.op.where(valid, shifted, fill)
 
 
+# --- Clip with constant bounds ------------------------------------------------------------
+# TVM's converter writes Clip as TE kernels (``emit_te(topi.maximum)``), which TVM's layout
+# conversion cannot see into: MobileNetV2's ReLU6 between blocked (NCHW16c) convolutions cost
+# a layout transform out and back in. Constant bounds give the Relax ops instead (the same
+# kernels once legalized), which take their input's layout.
+@fix("Clip")
+def _clip_constant_bounds(importer, inputs, attrs, opset):
+    from tvm import relax
+
+    x = inputs[0]
+    dtype = str(x.ty.dtype)
+    if not dtype.startswith("float"):
+        return None
+    if opset < 11:
+        bounds = [attrs.get("min"), attrs.get("max")]
+    else:
+        bounds = []
+        for bound in (list(inputs) + [None, None])[1:3]:
+            value = None if bound is None else _constant(bound)
+            if bound is not None and (value is None or value.size != 1):
+                return None  # a bound computed at run time: TVM's converter
+            bounds.append(None if value is None else float(value.reshape(())))
+    low, high = (None if b is None or np.isnan(b) else float(b) for b in bounds)
+    result = x
+    if low is not None:
+        result = relax.op.maximum(result, relax.const(low, dtype))
+    if high is not None:
+        result = relax.op.minimum(result, relax.const(high, dtype))
+    return result
+
+
 # --- Expand -------------------------------------------------------------------------------
 # test_expand_shape_model{1..4}: the target shape is a model input (its values are known at
 # run time only) and may have fewer dimensions than the data. tvm_hetero compiles static

@@ -38,3 +38,40 @@ def conv2d_nchwc(data, weight, strides, padding, dilation):
             data[n, rc, y * stride_h + ry * dilation_h, x * stride_w + rx * dilation_w, rl]
             * weight[f, rc, ry, rx, rl, lane], axis=[rc, ry, rx, rl]),
         name=BLOCK)
+
+
+# the block of the depthwise compute
+DEPTHWISE_BLOCK = "depthwise_conv2d_NCHWc"
+
+
+def depthwise_layouts(lanes: int) -> tuple[str, str]:
+    """``(data/output layout, weight layout)`` of depthwise convolutions (one input channel
+    per output channel) in the blocked layout of `lanes` channels: ``NCHW{lanes}c`` and
+    ``OIHW1i{lanes}o`` (``[C/lanes, 1, KH, KW, 1, lanes]``: a vector of `lanes` channels' weights
+    per window position)."""
+    return f"NCHW{lanes}c", f"OIHW1i{lanes}o"
+
+
+def depthwise_conv2d_nchwc(data, weight, strides, padding, dilation):
+    """TE compute of a depthwise convolution in NCHW[x]c with an OIHW1i[x]o weight:
+    ``out[n, f, y, x, lane] = sum over ry, rx of data[n, f, y', x', lane] * weight[f, 0, ry, rx,
+    0, lane]``, every multiply-add a whole vector of the block's channels."""
+    from tvm import te, topi
+
+    batch, blocks, height, width, lanes = (int(v) for v in data.shape)
+    _, _, window_h, window_w, _, _ = (int(v) for v in weight.shape)
+    stride_h, stride_w = (int(v) for v in strides)
+    dilation_h, dilation_w = (int(v) for v in dilation)
+    top, left, bottom, right = (int(v) for v in padding)
+    out_h = (height + top + bottom - (window_h - 1) * dilation_h - 1) // stride_h + 1
+    out_w = (width + left + right - (window_w - 1) * dilation_w - 1) // stride_w + 1
+    if top or left or bottom or right:
+        data = topi.nn.pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0), name="pad")
+    ry = te.reduce_axis((0, window_h), "ry")
+    rx = te.reduce_axis((0, window_w), "rx")
+    return te.compute(
+        (batch, blocks, out_h, out_w, lanes),
+        lambda n, f, y, x, lane: te.sum(
+            data[n, f, y * stride_h + ry * dilation_h, x * stride_w + rx * dilation_w, lane]
+            * weight[f, 0, ry, rx, 0, lane], axis=[ry, rx]),
+        name=DEPTHWISE_BLOCK)

@@ -11,6 +11,7 @@ from ..layers import LAYER_KINDS
 from .cpu import (BlockedNCHWc, ConcatCopies, LayoutCopies, PackedMatmul, PackedWeights,
                   ParallelLoops, PixelLanes1x1, PoolingRows, ReductionChains, SplitKGemv, Tiled,
                   Winograd)
+from .cpu.depthwise_nchwc import DepthwiseNCHWc
 from .cpu.depthwise_rows import DepthwiseRows
 from .cpu.injective_lanes import InjectiveLanes
 from .cpu.packed_weights import tiled_fits_better
@@ -26,9 +27,10 @@ from .rule import FAMILIES, Rule
 # parallel task and compares tuned kernels in alternating rounds, 13 injective-lanes,
 # row-reductions and packed-matmul, 14 tiles, registers and caches from the target,
 # depthwise-rows and vector exp/sigmoid in every CPU kernel, 15 the channel-vector rules' AVX2
-# tiles within the registers and Winograd's products tile from packed_tile): tuned-vs-rules
+# tiles within the registers and Winograd's products tile from packed_tile, 16
+# depthwise-nchwc): tuned-vs-rules
 # comparisons stored in a tuning database under another version are measured again.
-RULES_VERSION = 15
+RULES_VERSION = 16
 
 
 def default_table() -> dict[tuple[str, str], list[Rule]]:
@@ -42,6 +44,7 @@ def default_table() -> dict[tuple[str, str], list[Rule]]:
     table[("cpu", "conv2d")] = [
         Winograd(),  # only the kernels preparation wrote as Winograd: nothing else fits them
         BlockedNCHWc(),  # only convolutions preparation put in the blocked layout
+        DepthwiseNCHWc(),  # only depthwise convolutions preparation put in the blocked layout
         PixelLanes1x1(),  # NCHW 1x1 stride-1: lanes along the pixels beat lanes along channels
         # packed (lanes along the output channels) before tiled, except where tiled gets whole
         # vectors and packed would gather a residual or re-load a short reduction's weights

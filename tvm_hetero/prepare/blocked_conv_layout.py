@@ -12,6 +12,7 @@ from tvm import relax
 from ..errors import error_message
 from ..layers import main_bindings
 from ..ops import conv2d_nchwc
+from .clip_as_min_max import ClipAsMinMax
 from .config import PrepareConfig
 from .fold_constant_layouts import FoldConstantLayouts
 
@@ -47,6 +48,88 @@ def runs_as_winograd(call, config: PrepareConfig) -> bool:
                                 [int(v) for v in attrs.dilation], int(attrs.groups))
 
 
+def is_blockable_depthwise(call, lanes: int) -> bool:
+    """Whether a Relax ``conv2d`` call is a float32 NCHW/OIHW depthwise convolution (one input
+    channel per output channel, groups = channels) of a multiple of `lanes` channels."""
+    attrs, data, weight = call.attrs, call.args[0].ty, call.args[1].ty
+    if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" \
+            or str(attrs.out_layout) != "NCHW" or weight.shape is None or data.shape is None \
+            or str(weight.dtype) != "float32":
+        return False
+    try:
+        channels, per_group = int(data.shape[1]), int(weight.shape[1])
+        out_channels = int(weight.shape[0])
+    except TypeError:  # symbolic dimensions
+        return False
+    return per_group == 1 and int(attrs.groups) == channels == out_channels \
+        and channels % lanes == 0
+
+
+def is_blockable_dense(call, lanes: int) -> bool:
+    """Whether a Relax ``conv2d`` call is a float32 NCHW convolution (groups 1) whose input and
+    output channels are multiples of `lanes`."""
+    attrs, weight = call.attrs, call.args[1].ty
+    if int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" \
+            or str(attrs.out_layout) != "NCHW" or weight.shape is None \
+            or str(weight.dtype) != "float32":
+        return False
+    try:
+        return not any(int(c) % lanes for c in (weight.shape[0], weight.shape[1]))
+    except TypeError:  # symbolic dimensions
+        return False
+
+
+# the epilogue ops a convolution's output passes through on to the next convolution (bias,
+# batch norm, ReLU6, HardSwish, SiLU, squeeze-and-excite's scale): they follow its layout
+_EPILOGUE_OPS = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide",
+                 "relax.maximum", "relax.minimum", "relax.clip", "relax.sigmoid",
+                 "relax.nn.relu", "relax.nn.silu")
+
+
+def depthwise_beside_blocked(mod, lanes: int) -> list:
+    """The weights of the blockable depthwise convolutions (:func:`is_blockable_depthwise`)
+    of `mod`'s ``main`` whose input comes from, or whose output goes to, a blockable dense
+    convolution through epilogue ops only: blocked, they take the place of a layout transform
+    that is there anyway. The others (MobileNetV2's 144 channels between 24-channel
+    convolutions) would cost a transform in and one out, about what the blocked depthwise
+    convolution saves."""
+    bindings = main_bindings(mod)
+    value_of = {b.var: b.value for b in bindings}
+    users: dict = {}
+    for b in bindings:
+        if isinstance(b.value, relax.Call):
+            for arg in b.value.args:
+                if isinstance(arg, relax.Var):
+                    users.setdefault(arg, []).append(b)
+
+    def is_conv(value) -> bool:
+        return isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.nn.conv2d"
+
+    def from_dense(expr) -> bool:
+        while isinstance(expr, relax.Var) and isinstance(value_of.get(expr), relax.Call):
+            value = value_of[expr]
+            if is_conv(value):
+                return is_blockable_dense(value, lanes)
+            if getattr(value.op, "name", "") not in _EPILOGUE_OPS:
+                return False
+            expr = value.args[0]
+        return False
+
+    def to_dense(var, depth: int = 0) -> bool:
+        for b in users.get(var, []):
+            if is_conv(b.value) and b.value.args[0].same_as(var):
+                if is_blockable_dense(b.value, lanes):
+                    return True
+            elif getattr(b.value.op, "name", "") in _EPILOGUE_OPS and depth < 16 \
+                    and to_dense(b.var, depth + 1):
+                return True
+        return False
+
+    return [b.value.args[1] for b in bindings if is_conv(b.value)
+            and is_blockable_depthwise(b.value, lanes)
+            and (from_dense(b.value.args[0]) or to_dense(b.var))]
+
+
 def _conv_calls(mod) -> list:
     return [binding.value for binding in main_bindings(mod)
             if isinstance(binding.value, relax.Call)
@@ -58,10 +141,14 @@ class BlockedConvLayout:
     """In a model whose convolutions add up to at least ``config.blocked_min_model_flops``
     FLOPs, or one of which runs as Winograd, every float32 convolution (NCHW, groups 1) whose
     input and output channels are multiples of ``config.block_lanes`` goes to the blocked
-    layout ``NCHW[lanes]c`` (``[N, C/lanes, H, W, lanes]``, weights ``OIHW[lanes]i[lanes]o``):
+    layout ``NCHW[lanes]c`` (``[N, C/lanes, H, W, lanes]``, weights ``OIHW[lanes]i[lanes]o``),
+    and so does every depthwise one of such channels next to such a convolution (weights
+    ``OIHW1i[lanes]o``, :func:`depthwise_beside_blocked`: between blocked 1x1 convolutions,
+    MobileNet's, it would otherwise cost a transform in and out):
     every output pixel is one contiguous vector, and chains of convolutions pass activations on
     without re-layout (onnxruntime's NCHWc). A layout transform goes where the layout changes,
-    one per tensor; those of constants are folded (:class:`FoldConstantLayouts`). Nothing
+    one per tensor; those of constants are folded (:class:`FoldConstantLayouts`); clips become
+    ``maximum``/``minimum`` first (:class:`ClipAsMinMax`: they follow the layout). Nothing
     changes when ``config.blocked_layout`` is off or TVM's layout conversion fails.
 
     Parameters
@@ -71,16 +158,16 @@ class BlockedConvLayout:
 
     def __init__(self, config: PrepareConfig):
         self.config = config
+        self._depthwise: list = []  # the weights of the depthwise convolutions to block
 
     def _layout_of(self, call):
         # the others keep their layout explicitly: inferred from a blocked input, TVM fails
         if call.op.name != "relax.nn.conv2d":
             return {}
-        attrs, weight, lanes = call.attrs, call.args[1].ty, self.config.block_lanes
-        if int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" \
-                or str(attrs.out_layout) != "NCHW" or weight.shape is None \
-                or str(weight.dtype) != "float32" or any(
-                    int(c) % lanes for c in (weight.shape[0], weight.shape[1])):
+        attrs, lanes = call.attrs, self.config.block_lanes
+        if any(call.args[1].same_as(weight) for weight in self._depthwise):
+            return {"relax.nn.conv2d": list(conv2d_nchwc.depthwise_layouts(lanes))}
+        if not is_blockable_dense(call, lanes):
             return {"relax.nn.conv2d": [str(attrs.data_layout), str(attrs.kernel_layout)]}
         return {"relax.nn.conv2d": list(conv2d_nchwc.layouts(lanes))}
 
@@ -98,12 +185,15 @@ class BlockedConvLayout:
             logger.info("convolutions stay NCHW: %.0f MFLOP of them, the blocked layout pays "
                         "from %.0f", flops / 1e6, config.blocked_min_model_flops / 1e6)
             return mod
+        clipped = ClipAsMinMax()(mod)
+        self._depthwise = depthwise_beside_blocked(clipped, config.block_lanes) \
+            if config.blocked_depthwise else []
         try:
-            converted = relax.transform.ConvertLayout({}, self._layout_of)(mod)
+            converted = relax.transform.ConvertLayout({}, self._layout_of)(clipped)
         except tvm.error.InternalError as err:  # TVM's layout inference fails on some graphs
             logger.info("convolutions stay NCHW: layout conversion failed (%s)",
                         error_message(err))
-            return mod
+            return mod  # as it came, clips too
         # one transform per tensor: ConvertLayout gives each blocked consumer its own
         converted = relax.transform.EliminateCommonSubexpr()(converted)
         return FoldConstantLayouts()(converted)

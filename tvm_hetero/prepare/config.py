@@ -37,6 +37,9 @@ class PrepareConfig:
     block_lanes : int
         Channels per block of the blocked layout; convolutions whose input and output channels
         are multiples of it are converted.
+    blocked_depthwise : bool
+        Depthwise convolutions of such channels go to the blocked layout too (weights
+        ``OIHW1i[block_lanes]o``); off, they stay NCHW between transforms.
     blocked_min_model_flops : float
         The blocked layout is used when the model's convolutions add up to at least this many
         FLOPs, or when one of them runs as Winograd. ResNet-50: 41.3 -> 38.9 ms, SqueezeNet 1.1
@@ -53,6 +56,7 @@ class PrepareConfig:
     channel_pad_waste: float = 0.05
     blocked_layout: bool = True
     block_lanes: int = DEFAULT_LANES
+    blocked_depthwise: bool = True
     blocked_min_model_flops: float = 200e6
     winograd: bool = True
     winograd_min_tiles: int = winograd_op.MIN_TILES

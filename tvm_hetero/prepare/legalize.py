@@ -18,7 +18,9 @@ def conv2d_legalizer(config: PrepareConfig):
     """The ``LegalizeOps`` function for ``relax.nn.conv2d`` under `config`.
 
     Blocked-layout convolutions (``NCHW[x]c`` data and output, ``OIHW[x]i[y]o`` weight: TVM's
-    legalization leaves them as they are) become :func:`tvm_hetero.ops.conv2d_nchwc.conv2d_nchwc`,
+    legalization leaves them as they are) become :func:`tvm_hetero.ops.conv2d_nchwc.conv2d_nchwc`
+    (depthwise ones, ``OIHW1i[x]o`` with one group per channel,
+    :func:`~tvm_hetero.ops.conv2d_nchwc.depthwise_conv2d_nchwc`),
     or :func:`tvm_hetero.ops.winograd.conv2d_nchwc` with the weights transformed here when the
     weights are float32 constants, the blocks ``config.block_lanes`` wide and the convolution
     fits (``config.winograd_fits``); NCHW and NHWC ones go to TVM's legalization; other layouts
@@ -33,10 +35,18 @@ def conv2d_legalizer(config: PrepareConfig):
             return _nn_conv2d(bb, call)
         data_block = re.fullmatch(r"NCHW(\d+)c", data)
         kernel_block = re.fullmatch(r"OIHW(\d+)i(\d+)o", kernel)
+        if data_block and kernel_block and out == data and kernel_block.group(1) == "1" \
+                and kernel_block.group(2) == data_block.group(1) \
+                and int(attrs.groups) == int(call.args[0].ty.shape[1]) * int(
+                    data_block.group(1)) == int(call.ty.shape[1]) * int(data_block.group(1)):
+            return bb.call_te(conv2d_nchwc.depthwise_conv2d_nchwc, call.args[0], call.args[1],
+                              attrs.strides, attrs.padding, attrs.dilation,
+                              primfunc_name_hint="conv2d")
         if not (data_block and kernel_block and out == data and int(attrs.groups) == 1
                 and kernel_block.group(1) == data_block.group(1)):
             raise ModelError(f"conv2d with layouts {data}/{kernel}/{out} (groups {attrs.groups})"
-                             f" is not supported: NCHW, NHWC or NCHW[x]c with OIHW[x]i[y]o")
+                             f" is not supported: NCHW, NHWC or NCHW[x]c with OIHW[x]i[y]o "
+                             f"(depthwise: OIHW1i[x]o)")
         weight = call.args[1]
         if isinstance(weight, relax.Var):  # the blocked weight, folded and bound to a variable
             weight = bb.lookup_binding(weight)

@@ -8,6 +8,7 @@ those of the unscheduled loops up to the vector code LLVM emits.
 
 from .blocked_nchwc import BlockedNCHWc
 from .concat_copies import ConcatCopies
+from .depthwise_nchwc import DepthwiseNCHWc
 from .depthwise_rows import DepthwiseRows
 from .injective_lanes import InjectiveLanes
 from .layout_copies import LayoutCopies
@@ -22,7 +23,7 @@ from .split_k_gemv import SplitKGemv
 from .tiled import Tiled
 from .winograd import Winograd, is_winograd
 
-__all__ = ["PACKED_WEIGHTS_ATTR", "BlockedNCHWc", "ConcatCopies", "DepthwiseRows", "InjectiveLanes",
-           "LayoutCopies", "PackedMatmul", "PackedWeights", "ParallelLoops", "PixelLanes1x1",
-           "PoolingRows", "ReductionChains", "RowReductions", "SplitKGemv", "Tiled", "Winograd",
-           "is_winograd"]
+__all__ = ["PACKED_WEIGHTS_ATTR", "BlockedNCHWc", "ConcatCopies", "DepthwiseNCHWc", "DepthwiseRows",
+           "InjectiveLanes", "LayoutCopies", "PackedMatmul", "PackedWeights", "ParallelLoops",
+           "PixelLanes1x1", "PoolingRows", "ReductionChains", "RowReductions", "SplitKGemv",
+           "Tiled", "Winograd", "is_winograd"]

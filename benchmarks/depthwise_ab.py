@@ -1,0 +1,110 @@
+"""Depthwise convolutions in the blocked layout, A/B on whole suite models: the previous way (A:
+``PrepareConfig(blocked_depthwise=False)``, ONNX Clip imported by TVM's converter and Relax
+``clip`` left as it is, so depthwise convolutions and clips ran NCHW between layout transforms)
+against the default (B), and optionally (C) the default with the blocked layout from 0 FLOPs
+(small models too); each model built every way and run in alternating rounds in one process
+(best median of rounds), onnxruntime timed in the same rounds.
+
+    python benchmarks/depthwise_ab.py [--models mobilenet_v2,efficientnet_block]
+                                      [--target-mcpu haswell] [--rounds 5] [--small-blocked]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import replace
+
+import onnxruntime as ort
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from suite_models import SUITE  # noqa: E402
+
+import tvm_hetero as th  # noqa: E402
+from tvm_hetero.devices import host_num_cores  # noqa: E402
+from tvm_hetero.frontend import onnx_fixes  # noqa: E402
+from tvm_hetero.prepare import PrepareConfig  # noqa: E402
+from tvm_hetero.testing import max_relative_error  # noqa: E402
+
+blocked_conv_layout = importlib.import_module("tvm_hetero.prepare.blocked_conv_layout")
+
+MODELS = "mobilenet_v2,efficientnet_block,mobilenet_v3_block,shufflenet"
+
+
+def build_with(proto, name, devices, previous: bool, **overrides):
+    """`proto` loaded and built for `devices` with the preparation config's `overrides`; the
+    previous import and clips when `previous`."""
+    for_devices = PrepareConfig.for_devices.__func__
+    clip_fix, clip_pass = onnx_fixes.FIXES["Clip"], blocked_conv_layout.ClipAsMinMax
+
+    def patched(cls, devs, **more):
+        return replace(for_devices(cls, devs, **more), **overrides)
+
+    PrepareConfig.for_devices = classmethod(patched)
+    if previous:
+        del onnx_fixes.FIXES["Clip"]
+        blocked_conv_layout.ClipAsMinMax = lambda: (lambda mod: mod)
+    try:
+        model = th.load_model(proto, name=name)
+        return th.build(model, "all:" + devices.devices[0].name, devices)
+    finally:
+        PrepareConfig.for_devices = classmethod(for_devices)
+        onnx_fixes.FIXES["Clip"], blocked_conv_layout.ClipAsMinMax = clip_fix, clip_pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=MODELS)
+    parser.add_argument("--target-mcpu")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--small-blocked", action="store_true",
+                        help="also C: the default with blocked_min_model_flops=0")
+    args = parser.parse_args()
+    threads = host_num_cores()
+    spec = "cpu"
+    if args.target_mcpu:
+        spec = json.dumps({"kind": "llvm", "mcpu": args.target_mcpu, "num-cores": threads,
+                           "name": "cpu"})
+    devices = th.DeviceSet.parse([spec])
+    variants = {"A": {"blocked_depthwise": False}, "B": {}}
+    if args.small_blocked:
+        variants["C"] = {"blocked_min_model_flops": 0.0}
+    print(f"target {json.dumps(devices.devices[0].target)}; {threads} threads; best of "
+          f"{args.rounds} alternating rounds")
+    print(f"{'model':<20}{'ort ms':>9}" + "".join(f"{k + ' ms':>9}" for k in variants)
+          + "".join(f"{k + '/ort':>7}" for k in variants)
+          + "".join(f"{k + ' err':>9}" for k in variants))
+    for name in [m for m in args.models.split(",") if m]:
+        proto, feed = SUITE[name]()
+        model = th.load_model(proto, name=name)
+        inputs = {spec.name: feed[spec.source_name or spec.name] for spec in model.inputs}
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        options.log_severity_level = 3
+        session = ort.InferenceSession(proto.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        want = session.run(None, feed)
+        built = {key: build_with(proto, name, devices, key == "A", **over)
+                 for key, over in variants.items()}
+        best = {key: math.inf for key in ["ort", *variants]}
+        for _ in range(args.rounds):
+            time.sleep(0.3)
+            best["ort"] = min(best["ort"], th.time_function(
+                lambda: session.run(None, feed), repeat=args.repeat).median)
+            for key, compiled in built.items():
+                time.sleep(0.3)
+                best[key] = min(best[key], compiled.benchmark(inputs, repeat=args.repeat).median)
+        errors = {key: max_relative_error(c.run(inputs), want) for key, c in built.items()}
+        print(f"{name:<20}{best['ort']:>9.3f}" + "".join(f"{best[k]:>9.3f}" for k in variants)
+              + "".join(f"{best[k] / best['ort']:>7.2f}" for k in variants)
+              + "".join(f"{errors[k]:>9.1e}" for k in variants), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The ``depthwise-nchwc`` CPU rule: depthwise convolutions in the blocked layout NCHW[x]c:
+register tiles of output rows x columns of one channel block, each a contiguous vector of the
+block's channels; the window unrolled; epilogue per tile."""
+
+from __future__ import annotations
+
+from ...ops.conv2d_nchwc import DEPTHWISE_BLOCK
+from ..rule import Rule
+from .base import (epilogue_at, finish_register_tile, inline_identity_copies, loop_extent,
+                   schedule_one_reduction, vector_lanes)
+
+
+def depthwise_tile(height: int, width: int, accumulators: int) -> tuple[int, int]:
+    """``(output rows, output columns)`` of a register tile of at most `accumulators` vectors,
+    each dividing its extent: the whole row's columns when they fit (7, 14, 28 of them: no
+    ragged tile), else the most columns; then as many rows as fit."""
+    columns = max(w for w in range(1, min(width, accumulators) + 1) if width % w == 0)
+    rows = max(r for r in range(1, accumulators // columns + 1) if height % r == 0)
+    return rows, columns
+
+
+class DepthwiseNCHWc(Rule):
+    """The ``depthwise-nchwc`` rule: depthwise convolutions in the blocked layout NCHW[x]c: a
+    register tile of output rows x columns of one channel block, each a vector of the block's
+    channels, the window unrolled; epilogue per tile."""
+
+    name = "depthwise-nchwc"
+    description = ("depthwise convolutions in the blocked layout NCHW[x]c: register tiles of "
+                   "output rows x columns of one channel block, the window unrolled; "
+                   "epilogue per tile")
+    kinds = ("conv2d",)
+    families = ("cpu",)
+
+    def apply(self, func, target):
+        """Schedule a depthwise convolution in NCHW[lanes]c (see ``tvm_hetero.prepare``).
+
+        ``out[n, f, y, x, lane] += data[n, f, y', x', lane] * weight[f, 0, ry, rx, 0, lane]``:
+        every multiply-add is one whole vector of `lanes` channels (any stride, any row width:
+        NCHW's rows of 7 or 14 pixels at stride 2 gave half-empty or gathered vectors). A
+        register tile of `depthwise_tile` output rows x columns (at most half the target's
+        vector registers) accumulates over the unrolled window; with stride 1 the tile's loads
+        of one input vector are one load (LLVM's value numbering), and each window position's
+        weight vector is loaded once per tile. Tasks: batch x channel blocks x row tiles.
+        The epilogue (bias, Clip, HardSwish, SiLU) runs per tile on whole vectors; real padding
+        per task. Returns None for other kernels (other layouts, blocks that are not one
+        vector of the target).
+        """
+        found = schedule_one_reduction(func, "conv2d")
+        if found is None:
+            return None
+        lanes, registers = vector_lanes(target)
+        sch, blocks, main_index = found
+        conv = blocks[main_index]
+        block = sch.get(conv)
+        out = block.writes[0].source if len(block.writes) == 1 else None
+        loops = sch.get_loops(conv)
+        if block.name_hint != DEPTHWISE_BLOCK or out is None or len(loops) != 7 \
+                or len(block.iter_vars) != 7 or str(out.dtype) != "float32" \
+                or any(loop_extent(sch, lp) is None for lp in loops) \
+                or loop_extent(sch, loops[4]) != lanes:
+            return None
+        prologue = inline_identity_copies(sch, blocks[:main_index])
+        tail = [sch.cache_write(conv, 0, "local")] + list(blocks[main_index + 1:])
+        for block_rv in tail[:-1]:
+            sch.compute_inline(block_rv)
+        n, f, y, x, lane, ry, rx = sch.get_loops(conv)
+        rows, columns = depthwise_tile(loop_extent(sch, y), loop_extent(sch, x), registers // 2)
+        y_outer, y_inner = sch.split(y, [None, rows])
+        x_outer, x_inner = sch.split(x, [None, columns])
+        sch.reorder(n, f, y_outer, x_outer, ry, rx, y_inner, x_inner, lane)
+        *tile, tile_lane = epilogue_at(sch, tail[-1], x_outer)  # rows, columns; lanes
+        for loop in (ry, rx):
+            sch.unroll(loop)
+        finish_register_tile(sch, conv, epilogue_loops=tile, epilogue_lane=tile_lane,
+                             task_loops=[n, f, y_outer], tile=[y_inner, x_inner], lane=lane,
+                             first_reduction=ry, prologue=prologue, prologue_depth=3,
+                             target=target)
+        for block_rv in prologue:  # padding copies whole vectors of the block's channels
+            sch.vectorize(sch.get_loops(block_rv)[-1])
+        return sch.mod["main"]
