@@ -53,6 +53,18 @@ def _padded_to_tiles(func, rows: int, lanes: int):
     return sch.mod["main"]
 
 
+def _movable(sch, block_rv, loop) -> bool:
+    """Whether `block_rv` can be computed under `loop` (tried on a copy of the schedule)."""
+    from tvm import s_tir
+
+    trial = sch.copy()
+    try:
+        trial.reverse_compute_at(block_rv, loop)
+    except (s_tir.ScheduleError, ValueError):
+        return False
+    return True
+
+
 class Tiled(Rule):
     """The ``tiled`` rule: register tiles of output rows x vector lanes accumulated over the whole
     reduction; epilogue computed per tile; parallel tiles."""
@@ -167,8 +179,7 @@ class Tiled(Rule):
         for block_rv in epilogue:
             reads = [region.source for region in sch.get(block_rv).reads]
             if any(buffer.same_as(output) for buffer in reads):
-                if [str(d) for d in sch.get(block_rv).writes[0].source.shape] != \
-                        [str(d) for d in output.shape]:
+                if not _movable(sch, block_rv, lane_outer):
                     return None  # columns regrouped (a GRU step's gates): not per tile
                 # only the epilogue's own lane loop: a tile of one lane has none, and
                 # vectorizing lane_outer (around the reduction) is miscompiled by TVM 0.27 (the
