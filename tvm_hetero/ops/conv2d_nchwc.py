@@ -13,14 +13,11 @@ def layouts(lanes: int) -> tuple[str, str]:
     return f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o"
 
 
-def conv2d_nchwc(data, weight, strides, padding, dilation):
-    """TE compute of a convolution in NCHW[x]c with an OIHW[x]i[y]o weight, its reduction over
-    input channel blocks, window rows, columns, then lanes (TOPI's ``conv2d_NCHWc`` fuses the
-    input channels into one axis read through a division, which schedules worse)."""
-    from tvm import te, topi
+def _padded_window(data, height, width, window_h, window_w, strides, padding, dilation):
+    """The blocked input padded (rows and columns), the output rows and columns, the strides
+    and the dilations of a windowed convolution in NCHW[x]c."""
+    from tvm import topi
 
-    batch, in_blocks, height, width, _ = (int(v) for v in data.shape)
-    out_blocks, _, window_h, window_w, in_lanes, out_lanes = (int(v) for v in weight.shape)
     stride_h, stride_w = (int(v) for v in strides)
     dilation_h, dilation_w = (int(v) for v in dilation)
     top, left, bottom, right = (int(v) for v in padding)
@@ -28,6 +25,19 @@ def conv2d_nchwc(data, weight, strides, padding, dilation):
     out_w = (width + left + right - (window_w - 1) * dilation_w - 1) // stride_w + 1
     if top or left or bottom or right:
         data = topi.nn.pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0), name="pad")
+    return data, (out_h, out_w), (stride_h, stride_w), (dilation_h, dilation_w)
+
+
+def conv2d_nchwc(data, weight, strides, padding, dilation):
+    """TE compute of a convolution in NCHW[x]c with an OIHW[x]i[y]o weight, its reduction over
+    input channel blocks, window rows, columns, then lanes (TOPI's ``conv2d_NCHWc`` fuses the
+    input channels into one axis read through a division, which schedules worse)."""
+    from tvm import te
+
+    batch, in_blocks, height, width, _ = (int(v) for v in data.shape)
+    out_blocks, _, window_h, window_w, in_lanes, out_lanes = (int(v) for v in weight.shape)
+    data, (out_h, out_w), (stride_h, stride_w), (dilation_h, dilation_w) = _padded_window(
+        data, height, width, window_h, window_w, strides, padding, dilation)
     rc = te.reduce_axis((0, in_blocks), "rc")
     ry = te.reduce_axis((0, window_h), "ry")
     rx = te.reduce_axis((0, window_w), "rx")
@@ -56,17 +66,12 @@ def depthwise_conv2d_nchwc(data, weight, strides, padding, dilation):
     """TE compute of a depthwise convolution in NCHW[x]c with an OIHW1i[x]o weight:
     ``out[n, f, y, x, lane] = sum over ry, rx of data[n, f, y', x', lane] * weight[f, 0, ry, rx,
     0, lane]``, every multiply-add a whole vector of the block's channels."""
-    from tvm import te, topi
+    from tvm import te
 
     batch, blocks, height, width, lanes = (int(v) for v in data.shape)
     _, _, window_h, window_w, _, _ = (int(v) for v in weight.shape)
-    stride_h, stride_w = (int(v) for v in strides)
-    dilation_h, dilation_w = (int(v) for v in dilation)
-    top, left, bottom, right = (int(v) for v in padding)
-    out_h = (height + top + bottom - (window_h - 1) * dilation_h - 1) // stride_h + 1
-    out_w = (width + left + right - (window_w - 1) * dilation_w - 1) // stride_w + 1
-    if top or left or bottom or right:
-        data = topi.nn.pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0), name="pad")
+    data, (out_h, out_w), (stride_h, stride_w), (dilation_h, dilation_w) = _padded_window(
+        data, height, width, window_h, window_w, strides, padding, dilation)
     ry = te.reduce_axis((0, window_h), "ry")
     rx = te.reduce_axis((0, window_w), "rx")
     return te.compute(

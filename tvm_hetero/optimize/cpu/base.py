@@ -184,6 +184,34 @@ def schedule_one_reduction(func, kind: str):
     return None if found is None else (sch, *found)
 
 
+def blocked_conv_start(func, target, loop_count: int, block_name: str | None = None):
+    """The start the blocked-layout (NCHW[x]c) convolution rules share: the kernel's one
+    convolution block (named `block_name` where given) with `loop_count` static loops, a
+    float32 5-D output whose innermost axis is one vector of the `target`; identity padding
+    inlined, the accumulator cached in ``local`` and the epilogue inlined but its last block.
+    Returns ``(schedule, convolution block, prologue left, tail)`` or None."""
+    found = schedule_one_reduction(func, "conv2d")
+    if found is None:
+        return None
+    lanes, _ = vector_lanes(target)
+    sch, blocks, main_index = found
+    conv = blocks[main_index]
+    block = sch.get(conv)
+    out = block.writes[0].source if len(block.writes) == 1 else None
+    loops = sch.get_loops(conv)
+    if (block_name is not None and block.name_hint != block_name) or out is None \
+            or len(block.iter_vars) != loop_count or len(loops) != loop_count \
+            or len(out.shape) != 5 or str(out.dtype) != "float32" \
+            or any(loop_extent(sch, lp) is None for lp in loops) \
+            or loop_extent(sch, loops[4]) != lanes:
+        return None
+    prologue = inline_identity_copies(sch, blocks[:main_index])
+    tail = [sch.cache_write(conv, 0, "local")] + list(blocks[main_index + 1:])
+    for block_rv in tail[:-1]:
+        sch.compute_inline(block_rv)
+    return sch, conv, prologue, tail
+
+
 def one_reduction(sch) -> tuple[list, int] | None:
     """``(root blocks, index of the reduction block)`` of a kernel with exactly one reduction
     block, else None."""

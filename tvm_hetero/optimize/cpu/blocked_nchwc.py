@@ -4,9 +4,8 @@ channel blocks x output columns, each a contiguous vector; epilogue per tile."""
 from __future__ import annotations
 
 from ..rule import Rule
-from .base import (PACKED_ACCUMULATORS, cpu_traits, epilogue_at, finish_register_tile,
-                   inline_identity_copies, iterations, loop_extent, packed_tile,
-                   schedule_one_reduction, vector_lanes)
+from .base import (PACKED_ACCUMULATORS, blocked_conv_start, cpu_traits, epilogue_at,
+                   finish_register_tile, iterations, loop_extent, packed_tile, vector_lanes)
 
 # Reduction blocks (the row's tiles inside each input channel block) on targets with at most
 # this many vector registers: AVX2's 8-accumulator tiles over 256-512 channels 51-72 -> 97-103
@@ -43,24 +42,11 @@ class BlockedNCHWc(Rule):
         first, in parallel. Returns None for other kernels (other layouts, blocks that are not one
         vector of the target).
         """
-        found = schedule_one_reduction(func, "conv2d")
-        if found is None:
+        started = blocked_conv_start(func, target, 9)
+        if started is None:
             return None
+        sch, conv, prologue, tail = started
         lanes, registers = vector_lanes(target)
-        sch, blocks, main_index = found
-        conv = blocks[main_index]
-        block = sch.get(conv)
-        out = block.writes[0].source if len(block.writes) == 1 else None
-        loops = sch.get_loops(conv)
-        if out is None or len(block.iter_vars) != 9 or len(loops) != 9 or len(out.shape) != 5 \
-                or str(out.dtype) != "float32" \
-                or any(loop_extent(sch, lp) is None for lp in loops) \
-                or loop_extent(sch, loops[4]) != lanes:
-            return None
-        prologue = inline_identity_copies(sch, blocks[:main_index])
-        tail = [sch.cache_write(conv, 0, "local")] + list(blocks[main_index + 1:])
-        for block_rv in tail[:-1]:
-            sch.compute_inline(block_rv)
         n, f, y, x, lane, rc, ry, rx, rl = sch.get_loops(conv)
         vectors, columns = packed_tile(loop_extent(sch, f), loop_extent(sch, x),
                                         PACKED_ACCUMULATORS[registers], registers)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ...ops.conv2d_nchwc import DEPTHWISE_BLOCK
 from ..rule import Rule
-from .base import (epilogue_at, finish_register_tile, inline_identity_copies, loop_extent,
-                   schedule_one_reduction, vector_lanes)
+from .base import (blocked_conv_start, epilogue_at, finish_register_tile, loop_extent,
+                   vector_lanes)
 
 
 def depthwise_tile(height: int, width: int, accumulators: int) -> tuple[int, int]:
@@ -45,24 +45,11 @@ class DepthwiseNCHWc(Rule):
         per task. Returns None for other kernels (other layouts, blocks that are not one
         vector of the target).
         """
-        found = schedule_one_reduction(func, "conv2d")
-        if found is None:
+        started = blocked_conv_start(func, target, 7, DEPTHWISE_BLOCK)
+        if started is None:
             return None
-        lanes, registers = vector_lanes(target)
-        sch, blocks, main_index = found
-        conv = blocks[main_index]
-        block = sch.get(conv)
-        out = block.writes[0].source if len(block.writes) == 1 else None
-        loops = sch.get_loops(conv)
-        if block.name_hint != DEPTHWISE_BLOCK or out is None or len(loops) != 7 \
-                or len(block.iter_vars) != 7 or str(out.dtype) != "float32" \
-                or any(loop_extent(sch, lp) is None for lp in loops) \
-                or loop_extent(sch, loops[4]) != lanes:
-            return None
-        prologue = inline_identity_copies(sch, blocks[:main_index])
-        tail = [sch.cache_write(conv, 0, "local")] + list(blocks[main_index + 1:])
-        for block_rv in tail[:-1]:
-            sch.compute_inline(block_rv)
+        sch, conv, prologue, tail = started
+        registers = vector_lanes(target)[1]
         n, f, y, x, lane, ry, rx = sch.get_loops(conv)
         rows, columns = depthwise_tile(loop_extent(sch, y), loop_extent(sch, x), registers // 2)
         y_outer, y_inner = sch.split(y, [None, rows])
