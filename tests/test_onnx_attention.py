@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import tvm_hetero as th
-from tvm_hetero.testing import onnx_node_case, random_placement
+from tvm_hetero.testing import run_onnx_node_case
 
 FEATURES = [
     "test_attention_4d",                                   # plain 4-D
@@ -34,12 +34,7 @@ def all_cases():
 
 
 def check_case(name):
-    model_proto, inputs, want = onnx_node_case(name)
-    model = th.load_model(model_proto, input_shapes={k: v.shape for k, v in inputs.items()})
-    placement = random_placement(th.extract_layers(model), ["cpu", "cpu-generic"],
-                                 np.random.default_rng(0))
-    got = th.build(model, placement, ["cpu", "cpu-generic"]).run(
-        {s.name: inputs[s.source_name] for s in model.inputs})
+    _, _, got, want = run_onnx_node_case(name)
     assert len(got) == len(want)
     low_precision = str(want[0].dtype) in ("float16", "bfloat16")
     for a, b in zip(got, want):

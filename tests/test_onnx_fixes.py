@@ -7,7 +7,8 @@ import pytest
 
 import tvm_hetero as th
 from tvm_hetero.cli.main import main
-from tvm_hetero.testing import onnx_case, onnx_case_dir, onnx_node_case, random_placement
+from tvm_hetero.testing import (onnx_case, onnx_case_dir, onnx_node_case, random_placement,
+                                run_onnx_node_case)
 
 FIXED_CASES = [
     "pytorch-converted/test_PReLU_1d_multiparam",   # PRelu: per-channel slope (opset 6)
@@ -207,13 +208,7 @@ def test_a_gather_from_a_shape_is_left_to_tvm():
 
 def run_node_case(name, devices=("cpu", "cpu-generic"), seed=0):
     """One of the onnx package's node cases through the tool's path, a random placement."""
-    model_proto, inputs, want = onnx_node_case(name)
-    model = th.load_model(model_proto, input_shapes={k: v.shape for k, v in inputs.items()})
-    layers = th.extract_layers(model)
-    placement = random_placement(layers, list(devices), np.random.default_rng(seed))
-    compiled = th.build(model, placement, list(devices))
-    got = compiled.run({s.name: inputs[s.source_name] for s in model.inputs})
-    want = [b for value in want for b in (value if isinstance(value, list) else [value])]
+    model, layers, got, want = run_onnx_node_case(name, devices, seed)
     assert len(got) == len(want)
     for a, b in zip(got, want):
         assert a.shape == b.shape and a.dtype == b.dtype

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_hetero as th
 from tvm_hetero.optimize.pass_ import STRICT_RULES_ENV
-from tvm_hetero.testing import onnx_node_case, random_placement
+from tvm_hetero.testing import run_onnx_node_case
 
 NODE_CASES = [
     f"test_{op}_{case}" for op in ("lstm", "gru")
@@ -27,12 +27,7 @@ def strict_rules(monkeypatch):
 
 @pytest.mark.parametrize("name", NODE_CASES)
 def test_node_case_matches_its_reference(name):
-    model_proto, inputs, want = onnx_node_case(name)
-    model = th.load_model(model_proto, input_shapes={k: v.shape for k, v in inputs.items()})
-    placement = random_placement(th.extract_layers(model), ["cpu", "cpu-generic"],
-                                 np.random.default_rng(0))
-    got = th.build(model, placement, ["cpu", "cpu-generic"]).run(
-        {s.name: inputs[s.source_name] for s in model.inputs})
+    _, _, got, want = run_onnx_node_case(name)
     assert len(got) == len(want)
     for a, b in zip(got, want):
         assert a.shape == b.shape

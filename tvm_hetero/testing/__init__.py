@@ -12,8 +12,8 @@
 from .fakes import FakeBuilder, FakeRunner
 from .models import (LIGHT_MODELS, light_model, light_model_path, max_relative_error,
                      onnx_case, onnx_case_dir, onnx_node_case, onnx_reference,
-                     random_placement)
+                     random_placement, run_onnx_node_case)
 
 __all__ = ["FakeBuilder", "FakeRunner", "LIGHT_MODELS", "light_model", "light_model_path",
            "max_relative_error", "onnx_case", "onnx_case_dir", "onnx_node_case", "onnx_reference",
-           "random_placement"]
+           "random_placement", "run_onnx_node_case"]

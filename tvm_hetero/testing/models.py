@@ -104,6 +104,22 @@ def onnx_node_case(name: str):
     return case.model, dict(zip(names, inputs)), list(outputs)
 
 
+def run_onnx_node_case(name: str, devices=("cpu", "cpu-generic"), seed: int = 0):
+    """One of the onnx package's node cases through the tool's path: load_model, a random
+    placement over `devices`, build, run. Returns ``(model, layers, outputs, expected
+    outputs)``, sequences in the expected outputs flattened."""
+    import tvm_hetero as th
+
+    model_proto, inputs, want = onnx_node_case(name)
+    model = th.load_model(model_proto, input_shapes={k: v.shape for k, v in inputs.items()})
+    layers = th.extract_layers(model)
+    placement = random_placement(layers, list(devices), np.random.default_rng(seed))
+    got = th.build(model, placement, list(devices)).run(
+        {s.name: inputs[s.source_name] for s in model.inputs})
+    want = [b for value in want for b in (value if isinstance(value, list) else [value])]
+    return model, layers, got, want
+
+
 def onnx_case(case_dir: str):
     """(model, inputs by graph input name, expected outputs) of an onnx backend-test case
     folder (``model.onnx`` + ``test_data_set_0``); sequences come as lists."""
