@@ -16,10 +16,9 @@ import os
 import sys
 import time
 
-import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE  # noqa: E402
+from suite_models import SUITE, ort_cpu_session  # noqa: E402
 
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
@@ -62,11 +61,7 @@ def main() -> None:
         proto, feed = SUITE[name]()
         model = th.load_model(proto, name=name)
         inputs = {s.name: feed[s.source_name or s.name] for s in model.inputs}
-        options = ort.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        options.log_severity_level = 3
-        session = ort.InferenceSession(proto.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
+        session = ort_cpu_session(proto, threads)
         want = session.run(None, feed)
         table.reset_table()
         pass_.fast_math = fast_math.fast_math

@@ -20,10 +20,9 @@ import sys
 import time
 from dataclasses import replace
 
-import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE  # noqa: E402
+from suite_models import SUITE, ort_cpu_session  # noqa: E402
 
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
@@ -84,11 +83,7 @@ def main() -> None:
         proto, feed = SUITE[name]()
         model = th.load_model(proto, name=name)
         inputs = {spec.name: feed[spec.source_name or spec.name] for spec in model.inputs}
-        options = ort.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        options.log_severity_level = 3
-        session = ort.InferenceSession(proto.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
+        session = ort_cpu_session(proto, threads)
         want = session.run(None, feed)
         built = {key: build_with(proto, name, devices, key == "A", **over)
                  for key, over in variants.items()}

@@ -40,7 +40,7 @@ from collections import defaultdict
 import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE  # noqa: E402
+from suite_models import SUITE, ort_cpu_session  # noqa: E402
 
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
@@ -64,6 +64,14 @@ def cpu_name() -> str:
     return "unknown CPU"
 
 
+def ratio_summary(ratios: dict[str, float]) -> str:
+    """"geometric mean G over N models; worst NAME R" of ours/ort ratios by model."""
+    geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
+    worst = max(ratios, key=ratios.get)
+    return (f"geometric mean {geomean:.2f} over {len(ratios)} models; worst {worst} "
+            f"{ratios[worst]:.2f}")
+
+
 def kernel_class(layer, rule) -> str:
     """A kernel's class for the census: layer kind, the rule (or None), the fused ops."""
     ops = []
@@ -80,14 +88,8 @@ def shape_text(layer) -> str:
 
 def ort_op_times(proto, feed, runs: int = 20) -> dict[str, float]:
     """onnxruntime's own profile: ms per run by op type (its fused node kinds)."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = host_num_cores()
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    options.enable_profiling = True
-    options.profile_file_prefix = os.path.join(tempfile.gettempdir(), "model_suite_ort")
-    session = ort.InferenceSession(proto.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = ort_cpu_session(proto, host_num_cores(),
+                              os.path.join(tempfile.gettempdir(), "model_suite_ort"))
     for _ in range(3 + runs):
         session.run(None, feed)
     path = session.end_profiling()
@@ -124,12 +126,7 @@ def prepare(name, device_set, kernel_times, args):
     proto, feed = SUITE[name]()
     model = th.load_model(proto, name=name)
     inputs = {spec.name: feed[spec.source_name or spec.name] for spec in model.inputs}
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = host_num_cores()
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(proto.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = ort_cpu_session(proto, host_num_cores())
     want = session.run(None, feed)
     ort_ops = ort_op_times(proto, feed)
     start = time.perf_counter()
@@ -299,17 +296,11 @@ def main() -> None:
         if name not in {r["name"] for r in rows}:
             print(f"{name:<20} FAILED: {why}")
     if ratios:
-        geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
-        worst = max(ratios, key=ratios.get)
-        print(f"geometric mean {geomean:.2f} over {len(ratios)} models; worst {worst} "
-              f"{ratios[worst]:.2f}; <= 1.5x: {sum(r <= 1.5 for r in ratios.values())}"
+        print(f"{ratio_summary(ratios)}; <= 1.5x: {sum(r <= 1.5 for r in ratios.values())}"
               f"/{len(ratios)}")
     if tuned_ratios:
-        geomean = math.exp(sum(math.log(r) for r in tuned_ratios.values()) / len(tuned_ratios))
-        worst = max(tuned_ratios, key=tuned_ratios.get)
-        print(f"tuned: geometric mean {geomean:.2f} over {len(tuned_ratios)} models; worst "
-              f"{worst} {tuned_ratios[worst]:.2f}; {sum(r['trials'] for r in rows)} trials in "
-              f"the database, {sum(r['tune_s'] for r in rows):.0f} s of tuning")
+        print(f"tuned: {ratio_summary(tuned_ratios)}; {sum(r['trials'] for r in rows)} trials "
+              f"in the database, {sum(r['tune_s'] for r in rows):.0f} s of tuning")
 
     print("\nKernel census: kernels with no rule (TVM default loops), by class")
     census = defaultdict(lambda: {"models": set(), "layers": 0, "ms": 0.0})

@@ -349,6 +349,21 @@ def light(name: str):
     return model, {name: _normal(shape) for name, shape in specs}
 
 
+def ort_cpu_session(proto: onnx.ModelProto, threads: int, profile_prefix: str | None = None):
+    """An onnxruntime CPU session of `proto` on `threads` intra-op threads, one inter-op
+    thread, warnings off; profiling into files starting with `profile_prefix` where given."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.log_severity_level = 3
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    return ort.InferenceSession(proto.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
 def strip_initializer_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
     """Remove the initializers from the graph inputs (in place): onnxruntime folds only
     initializers that are not also inputs."""
