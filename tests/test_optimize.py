@@ -50,7 +50,8 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
     assert {(f, k) for f, k, _ in rows} == {(f, k) for f in optimize.FAMILIES
                                            for k in LAYER_KINDS}
     by_pair = dict(((f, k), names) for f, k, names in rows)
-    assert by_pair[("cpu", "conv2d")] == ["winograd", "blocked-nchwc", "pixel-lanes-1x1",
+    assert by_pair[("cpu", "conv2d")] == ["winograd", "blocked-nchwc", "depthwise-nchwc",
+                                         "pixel-lanes-1x1",
                                          "packed-weights", "depthwise-rows", "tiled",
                                          "row-reductions", "parallel-loops"]
     assert by_pair[("cpu", "matmul")] == ["packed-matmul", "split-k-gemv", "tiled",

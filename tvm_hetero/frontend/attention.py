@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ModelError
 from .index_guard import static_dims
-from .onnx_fixes import _node_name, fix
+from .onnx_fixes import node_name, fix
 
 _ONNX_FLOAT_TYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 
@@ -30,7 +30,7 @@ def _attention(importer, inputs, attrs, opset):
     if "num_heads" in attrs:  # com.microsoft's Attention: TVM's own converter
         return None
     bb = importer.bb
-    what = f"Attention (node {_node_name(attrs)})"
+    what = f"Attention (node {node_name(attrs)})"
     q, k, v, mask, past_k, past_v, nonpad = (inputs[i] for i in range(7))
     if (past_k is None) != (past_v is None):
         raise ModelError(f"{what}: past_key and past_value go together")

@@ -52,7 +52,8 @@ def _constant(expr):
     return None
 
 
-def _node_name(attrs) -> str:
+def node_name(attrs) -> str:
+    """The ONNX node's name, from the attributes TVM's importer gives a converter."""
     return attrs.get("tvm_custom", {}).get("name", "") or ""
 
 
@@ -72,7 +73,7 @@ def _prelu(importer, inputs, attrs, opset):
         return None
     if len(slope_dims) == 1 and len(dims) >= 2 and (opset < 7 or slope_dims[0] != dims[-1]):
         if slope_dims[0] != dims[1]:
-            raise ModelError(f"PRelu (node {_node_name(attrs)}): a slope of {slope_dims[0]} "
+            raise ModelError(f"PRelu (node {node_name(attrs)}): a slope of {slope_dims[0]} "
                              f"fits neither the channels nor the last axis of {dims}")
         slope = relax.op.reshape(slope, (dims[1],) + (1,) * (len(dims) - 2))
     elif len(slope_dims) == 1:
@@ -114,7 +115,7 @@ def _slice_runtime_bounds(importer, inputs, attrs):
     dims = static_dims(data, "Slice")
     out_dims = importer.inferred_shape(attrs)
     if out_dims is None or len(out_dims) != len(dims):
-        raise ModelError(f"Slice (node {_node_name(attrs)}) takes its bounds at run time and "
+        raise ModelError(f"Slice (node {node_name(attrs)}) takes its bounds at run time and "
                          "ONNX shape inference cannot fix the output shape; tvm_hetero needs "
                          "static shapes: make starts/ends/axes/steps constants")
     bb, rank, i64 = importer.bb, len(dims), "int64"
@@ -160,7 +161,7 @@ def _slice_runtime_bounds(importer, inputs, attrs):
                                 relax.op.not_equal(step, const(0)))
     offsets = bb.normalize(relax.op.where(fits, const(0), const(1 << 40)))
     checked = guard_indices(bb, offsets, [1], "Slice (its bounds give another shape)",
-                            _node_name(attrs))
+                            node_name(attrs))
     passed = relax.op.equal(relax.op.sum(checked), const(0))
     result = bb.normalize(relax.op.where(passed, data, data))
     for axis, (size_in, size_out) in enumerate(zip(dims, out_dims)):
@@ -168,7 +169,7 @@ def _slice_runtime_bounds(importer, inputs, attrs):
         stride = relax.op.take(step, relax.const(axis, i64), axis=0)
         positions = relax.op.arange(0, size_out, 1, i64)
         index = bb.normalize(relax.op.add(first, relax.op.multiply(positions, stride)))
-        index = guard_indices(bb, index, [size_in], "Slice", _node_name(attrs))
+        index = guard_indices(bb, index, [size_in], "Slice", node_name(attrs))
         result = bb.normalize(relax.op.take(result, index, axis=axis, mode="fast"))
     return result
 
@@ -186,7 +187,7 @@ def _tile(importer, inputs, attrs, opset):
     out_dims = importer.inferred_shape(attrs)
     if (out_dims is None or len(out_dims) != len(dims)
             or any(d == 0 or o % d for d, o in zip(dims, out_dims))):
-        raise ModelError(f"Tile (node {_node_name(attrs)}) takes its repeats at run time and "
+        raise ModelError(f"Tile (node {node_name(attrs)}) takes its repeats at run time and "
                          "ONNX shape inference cannot fix the output shape; tvm_hetero needs "
                          "static shapes: make 'repeats' a constant")
     static = [o // d for d, o in zip(dims, out_dims)]
@@ -195,7 +196,7 @@ def _tile(importer, inputs, attrs, opset):
     offsets = importer.bb.normalize(relax.op.where(
         fits, relax.const(0, "int64"), relax.const(1 << 40, "int64")))
     checked = guard_indices(importer.bb, offsets, [1], "Tile (its repeats give another shape)",
-                            _node_name(attrs))
+                            node_name(attrs))
     passed = relax.op.equal(relax.op.sum(checked), relax.const(0, "int64"))
     return relax.op.tile(relax.op.where(passed, data, data), static)
 
@@ -215,7 +216,7 @@ def _squeeze_runtime_axes(importer, inputs, attrs, opset):
     squeeze = len(out_dims or ()) < len(dims)
     op_name = "Squeeze" if squeeze else "Unsqueeze"
     if out_dims is None:
-        raise ModelError(f"{op_name} (node {_node_name(attrs)}) takes its axes at run time "
+        raise ModelError(f"{op_name} (node {node_name(attrs)}) takes its axes at run time "
                          "and ONNX shape inference cannot fix the output shape; tvm_hetero "
                          "needs static shapes: make 'axes' a constant")
     bb, i64 = importer.bb, "int64"
@@ -246,7 +247,7 @@ def _squeeze_runtime_axes(importer, inputs, attrs, opset):
     fits = relax.op.logical_and(relax.op.logical_or(kept_fits, marked_fits), count_fits)
     offsets = bb.normalize(relax.op.where(fits, const(0), const(1 << 40)))
     checked = guard_indices(bb, offsets, [1], f"{op_name} (its axes give another shape)",
-                            _node_name(attrs))
+                            node_name(attrs))
     passed = relax.op.equal(relax.op.sum(checked), const(0))
     return relax.op.reshape(relax.op.where(passed, data, data), list(out_dims))
 
@@ -360,16 +361,16 @@ def _expand(importer, inputs, attrs, opset):
         return relax.op.broadcast_to(data, relax.ShapeExpr(out_dims))
     out_dims = importer.inferred_shape(attrs)
     if out_dims is None:
-        raise ModelError(f"Expand (node {_node_name(attrs)}) takes its target shape at run "
+        raise ModelError(f"Expand (node {node_name(attrs)}) takes its target shape at run "
                          "time and ONNX shape inference cannot fix the output shape; "
                          "tvm_hetero needs static shapes: make the shape a constant")
     shape_dims = static_dims(shape, "Expand's shape")
     if len(shape_dims) != 1 or len(out_dims) != max(len(data_dims), shape_dims[0]):
-        raise ModelError(f"Expand (node {_node_name(attrs)}): the inferred output shape "
+        raise ModelError(f"Expand (node {node_name(attrs)}): the inferred output shape "
                          f"{out_dims} does not fit its inputs")
     # the given shape must broadcast with the data to exactly out_dims: entry i of `shape`
     # (right-aligned) is out_dims[j], or 1 where the data already has out_dims[j]
-    checked = _check_expand_shape(importer.bb, shape, data_dims, out_dims, _node_name(attrs))
+    checked = _check_expand_shape(importer.bb, shape, data_dims, out_dims, node_name(attrs))
     # the data passes through a `where` on the check's result, so the check runs first
     passed = relax.op.equal(relax.op.sum(checked), relax.const(0, "int64"))
     data = relax.op.where(passed, data, data)
@@ -407,7 +408,7 @@ def _sequence_length(importer, inputs, attrs, opset):
     sequence = inputs[0]
     fields = getattr(sequence.ty, "fields", None)
     if fields is None:
-        raise ModelError(f"SequenceLength (node {_node_name(attrs)}): the sequence has no "
+        raise ModelError(f"SequenceLength (node {node_name(attrs)}): the sequence has no "
                          "static length")
     return relax.const(len(fields), "int64")
 
@@ -428,7 +429,7 @@ def _split_to_sequence(importer, inputs, attrs, opset):
     split_dims = static_dims(split, "SplitToSequence's split")
     if dims[axis] == 0 and len(split_dims) == 1:
         return relax.Tuple([data] * split_dims[0])
-    raise ModelError(f"SplitToSequence (node {_node_name(attrs)}) takes its split sizes at run "
+    raise ModelError(f"SplitToSequence (node {node_name(attrs)}) takes its split sizes at run "
                      "time; tvm_hetero needs static shapes: make 'split' a constant")
 
 
@@ -448,7 +449,7 @@ def _sequence_insert(importer, inputs, attrs, opset):
     if position < 0:
         position += len(items)
     if not 0 <= position <= len(items):
-        raise ModelError(f"SequenceInsert (node {_node_name(attrs)}): position "
+        raise ModelError(f"SequenceInsert (node {node_name(attrs)}): position "
                          f"{int(_constant(inputs[2]))} is outside the sequence of "
                          f"{len(items)}")
     items.insert(position, inputs[1])
@@ -467,10 +468,10 @@ def _checked(importer, indices, bounds, op_name, attrs):
             _constant(indices).reshape(-1, 1)
         limits = np.array(bounds)
         if ((values < -limits) | (values >= limits)).any():
-            raise ModelError(f"{op_name} (node {_node_name(attrs)}) has a constant index "
+            raise ModelError(f"{op_name} (node {node_name(attrs)}) has a constant index "
                              f"outside [-n, n) for n = {list(bounds)}")
         return indices
-    return guard_indices(importer.bb, indices, bounds, op_name, _node_name(attrs))
+    return guard_indices(importer.bb, indices, bounds, op_name, node_name(attrs))
 
 
 def _tvm_converter(op_name):
@@ -746,7 +747,7 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
     class _FixedImporter(onnx_frontend.ONNXGraphImporter):
         def inferred_shape(self, attrs) -> tuple[int, ...] | None:
             """The static shape ONNX shape inference gives the node's first output."""
-            return output_shapes.get(_node_name(attrs))
+            return output_shapes.get(node_name(attrs))
 
         def _check_for_unsupported_ops(self, graph):
             known = set(onnx_frontend._get_convert_map()) | set(FIXES) | {"If", "Constant"}

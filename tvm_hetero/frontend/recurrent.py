@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import ModelError
 from .index_guard import static_dims
-from .onnx_fixes import _node_name, fix
+from .onnx_fixes import node_name, fix
 
 #: the spec's activation functions: (alpha default, beta default); None where the function
 #: takes no such parameter
@@ -100,7 +100,7 @@ class _Layer:
         from tvm import relax
 
         self.op_type, self.bb = op_type, importer.bb
-        self.node = _node_name(attrs)
+        self.node = node_name(attrs)
         what = f"{op_type} (node {self.node})"
         x, w, r = inputs[0], inputs[1], inputs[2]
         if x is None or w is None or r is None:
