@@ -51,7 +51,7 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
                                            for k in LAYER_KINDS}
     by_pair = dict(((f, k), names) for f, k, names in rows)
     assert by_pair[("cpu", "conv2d")] == ["winograd", "blocked-nchwc", "depthwise-nchwc",
-                                         "pixel-lanes-1x1",
+                                         "grouped-pixels-1x1", "pixel-lanes-1x1",
                                          "packed-weights", "depthwise-rows", "tiled",
                                          "row-reductions", "parallel-loops"]
     assert by_pair[("cpu", "matmul")] == ["packed-matmul", "split-k-gemv", "tiled",

@@ -13,6 +13,7 @@ from .cpu import (BlockedNCHWc, ConcatCopies, LayoutCopies, PackedMatmul, Packed
                   Winograd)
 from .cpu.depthwise_nchwc import DepthwiseNCHWc
 from .cpu.depthwise_rows import DepthwiseRows
+from .cpu.grouped_pixels_1x1 import GroupedPixels1x1
 from .cpu.injective_lanes import InjectiveLanes
 from .cpu.packed_weights import tiled_fits_better
 from .cpu.row_reductions import RowReductions
@@ -28,9 +29,9 @@ from .rule import FAMILIES, Rule
 # row-reductions and packed-matmul, 14 tiles, registers and caches from the target,
 # depthwise-rows and vector exp/sigmoid in every CPU kernel, 15 the channel-vector rules' AVX2
 # tiles within the registers and Winograd's products tile from packed_tile, 16
-# depthwise-nchwc): tuned-vs-rules
+# depthwise-nchwc, 17 grouped-pixels-1x1): tuned-vs-rules
 # comparisons stored in a tuning database under another version are measured again.
-RULES_VERSION = 16
+RULES_VERSION = 17
 
 
 def default_table() -> dict[tuple[str, str], list[Rule]]:
@@ -45,6 +46,7 @@ def default_table() -> dict[tuple[str, str], list[Rule]]:
         Winograd(),  # only the kernels preparation wrote as Winograd: nothing else fits them
         BlockedNCHWc(),  # only convolutions preparation put in the blocked layout
         DepthwiseNCHWc(),  # only depthwise convolutions preparation put in the blocked layout
+        GroupedPixels1x1(),  # only grouped 1x1 convolutions preparation wrote per group
         PixelLanes1x1(),  # NCHW 1x1 stride-1: lanes along the pixels beat lanes along channels
         # packed (lanes along the output channels) before tiled, except where tiled gets whole
         # vectors and packed would gather a residual or re-load a short reduction's weights

@@ -48,6 +48,11 @@ class PrepareConfig:
     winograd : bool
         Run the 3x3 stride-1 convolutions that fit (:func:`tvm_hetero.ops.winograd.fits`) as
         Winograd F(4x4, 3x3); only in the blocked layout.
+    grouped_pixels : bool
+        Lower grouped 1x1 stride-1 convolutions to one matrix product per group over the
+        pixels padded to whole ``channel_lanes`` vectors
+        (:mod:`tvm_hetero.ops.grouped_conv1x1`, the ``grouped-pixels-1x1`` rule); off, to
+        TVM's grouped convolution.
     winograd_min_tiles, winograd_max_weight_bytes : int
         The Winograd fit test's thresholds (see :mod:`tvm_hetero.ops.winograd`).
     """
@@ -59,6 +64,7 @@ class PrepareConfig:
     blocked_depthwise: bool = True
     blocked_min_model_flops: float = 200e6
     winograd: bool = True
+    grouped_pixels: bool = True
     winograd_min_tiles: int = winograd_op.MIN_TILES
     winograd_max_weight_bytes: int = winograd_op.MAX_WEIGHT_BYTES
 

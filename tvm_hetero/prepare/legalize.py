@@ -10,7 +10,7 @@ from tvm import relax
 from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
 from ..errors import ModelError
-from ..ops import conv2d_nchwc, winograd
+from ..ops import conv2d_nchwc, grouped_conv1x1, winograd
 from .config import PrepareConfig
 
 
@@ -23,7 +23,10 @@ def conv2d_legalizer(config: PrepareConfig):
     :func:`~tvm_hetero.ops.conv2d_nchwc.depthwise_conv2d_nchwc`),
     or :func:`tvm_hetero.ops.winograd.conv2d_nchwc` with the weights transformed here when the
     weights are float32 constants, the blocks ``config.block_lanes`` wide and the convolution
-    fits (``config.winograd_fits``); NCHW and NHWC ones go to TVM's legalization; other layouts
+    fits (``config.winograd_fits``); grouped 1x1 stride-1 NCHW ones
+    (``config.grouped_pixels``) become
+    :func:`tvm_hetero.ops.grouped_conv1x1.grouped_conv2d_1x1` with the pixels padded to
+    ``config.channel_lanes``; other NCHW and NHWC ones go to TVM's legalization; other layouts
     raise :class:`ModelError`.
     """
 
@@ -32,6 +35,14 @@ def conv2d_legalizer(config: PrepareConfig):
         data, kernel, out = (str(attrs.data_layout), str(attrs.kernel_layout),
                              str(attrs.out_layout))
         if len(data) == 4 and len(kernel) == 4:
+            if config.grouped_pixels and (data, kernel, out) == ("NCHW", "OIHW", "NCHW") \
+                    and grouped_conv1x1.fits(call.args[0].ty.shape, call.args[1].ty.shape,
+                                             int(attrs.groups), attrs.strides, attrs.padding,
+                                             attrs.dilation, str(call.args[0].ty.dtype)) \
+                    and str(call.args[1].ty.dtype) == str(call.ty.dtype) == "float32":
+                return bb.call_te(grouped_conv1x1.grouped_conv2d_1x1, call.args[0],
+                                  call.args[1], int(attrs.groups), config.channel_lanes,
+                                  primfunc_name_hint="conv2d")
             return _nn_conv2d(bb, call)
         data_block = re.fullmatch(r"NCHW(\d+)c", data)
         kernel_block = re.fullmatch(r"OIHW(\d+)i(\d+)o", kernel)
