@@ -253,3 +253,24 @@ def test_avx2_and_avx512_targets_get_their_own_lanes_registers_caches_and_tiles(
             for vectors in (4, 48, 63, 125, 256):
                 r, c = matmul_tile(rows, vectors, registers, pad_vectors=vectors % 2 == 1)
                 assert r * c + c + 1 <= registers
+
+
+@pytest.mark.parametrize("mcpu", ["haswell", "znver4"])
+def test_a_matrix_vector_product_under_tiled_streams_eight_vectors_of_each_weight_row(mcpu):
+    from tvm import s_tir, tirx
+
+    from tvm_hetero.optimize.cpu import Tiled
+
+    target = _target(mcpu)
+    lanes = vector_lanes(target)[0]
+    func = _matmul(1, 512, 1024, "none")  # a GRU step's product (packed-matmul takes this
+    scheduled = Tiled().apply(func, target)  # one alone; its fused slices send it to tiled)
+    sch = s_tir.Schedule(scheduled)
+    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("matmul_update"))]
+    assert loops[-1].kind == tirx.ForKind.VECTORIZED and int(loops[-1].extent) == 8 * lanes
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((1, 1, 512)).astype("float32"),
+              rng.standard_normal((512, 1024)).astype("float32"),
+              rng.standard_normal(1024).astype("float32")]
+    np.testing.assert_allclose(_run(scheduled, target, arrays),
+                               arrays[0] @ arrays[1] + arrays[2], rtol=1e-4, atol=1e-3)
