@@ -21,6 +21,7 @@ from dataclasses import fields, replace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from suite_models import SUITE, ort_cpu_session  # noqa: E402
+from model_suite import cpu_name  # noqa: E402
 
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_cpu_name, host_num_cores  # noqa: E402
@@ -83,7 +84,7 @@ def main() -> None:
         spec = json.dumps({"kind": "llvm", "mcpu": args.target_mcpu, "num-cores": threads,
                            "name": "cpu"})
     devices = th.DeviceSet.parse([spec])
-    print(f"CPU: {host_cpu_name()}, {threads} threads; target "
+    print(f"CPU: {cpu_name()} ({host_cpu_name()}), {threads} threads; target "
           f"{json.dumps(devices.devices[0].target)}; best of {args.rounds} alternating rounds")
     print(f"A: {variants['A'] or 'default'}; B: {variants['B'] or 'default'}")
     print(f"{'model':<20}{'ort ms':>9}{'A ms':>9}{'B ms':>9}{'A/ort':>7}{'B/ort':>7}"

@@ -366,6 +366,18 @@ def _inverted_residual(bb, x, outer: int = 32):
     return _conv(y, _weights(outer, 32, 1, 1, seed=2))
 
 
+def test_a_small_model_with_depthwise_convolutions_to_block_goes_blocked():
+    # 2.6 MFLOP of convolutions, far under blocked_min_model_flops: blocked for its depthwise
+    # one (MobileNetV3 and EfficientNet blocks 0.72-0.91x the time NCHW, docs/design.md)
+    before = _module([("x", (1, 32, 28, 28))], _inverted_residual)
+    convs = _bindings_of(BlockedConvLayout(PrepareConfig(winograd=False))(before),
+                         "relax.nn.conv2d")
+    assert [str(c.attrs.data_layout) for c in convs] == ["NCHW16c"] * 3
+    # without depthwise convolutions to block, the same work stays NCHW
+    assert BlockedConvLayout(PrepareConfig(winograd=False, blocked_depthwise=False))(
+        before).same_as(before)
+
+
 def _bindings_of(mod, op_name):
     from tvm_hetero.layers import main_bindings
 

@@ -139,7 +139,8 @@ def _conv_calls(mod) -> list:
 @tvm.transform.module_pass(opt_level=0, name="tvm_hetero.BlockedConvLayout")
 class BlockedConvLayout:
     """In a model whose convolutions add up to at least ``config.blocked_min_model_flops``
-    FLOPs, or one of which runs as Winograd, every float32 convolution (NCHW, groups 1) whose
+    FLOPs, or one of which runs as Winograd, or with depthwise convolutions to block (below:
+    small MobileNetV3 and EfficientNet blocks too), every float32 convolution (NCHW, groups 1) whose
     input and output channels are multiples of ``config.block_lanes`` goes to the blocked
     layout ``NCHW[lanes]c`` (``[N, C/lanes, H, W, lanes]``, weights ``OIHW[lanes]i[lanes]o``),
     and so does every depthwise one of such channels next to such a convolution (weights
@@ -181,13 +182,14 @@ class BlockedConvLayout:
             return mod
         winograd = any(runs_as_winograd(call, config) for call in convs
                        if isinstance(call.args[1], tvm.ir.GenericConst))
-        if flops < config.blocked_min_model_flops and not winograd:
-            logger.info("convolutions stay NCHW: %.0f MFLOP of them, the blocked layout pays "
-                        "from %.0f", flops / 1e6, config.blocked_min_model_flops / 1e6)
-            return mod
         clipped = ClipAsMinMax()(mod)
         self._depthwise = depthwise_beside_blocked(clipped, config.block_lanes) \
             if config.blocked_depthwise else []
+        if flops < config.blocked_min_model_flops and not winograd and not self._depthwise:
+            logger.info("convolutions stay NCHW: %.0f MFLOP of them, the blocked layout pays "
+                        "from %.0f (or with depthwise convolutions to block)", flops / 1e6,
+                        config.blocked_min_model_flops / 1e6)
+            return mod
         try:
             converted = relax.transform.ConvertLayout({}, self._layout_of)(clipped)
         except tvm.error.InternalError as err:  # TVM's layout inference fails on some graphs

@@ -42,7 +42,8 @@ class PrepareConfig:
         ``OIHW1i[block_lanes]o``); off, they stay NCHW between transforms.
     blocked_min_model_flops : float
         The blocked layout is used when the model's convolutions add up to at least this many
-        FLOPs, or when one of them runs as Winograd. ResNet-50: 41.3 -> 38.9 ms, SqueezeNet 1.1
+        FLOPs, or when one of them runs as Winograd, or when it has depthwise convolutions to
+        block (``blocked_depthwise``). ResNet-50: 41.3 -> 38.9 ms, SqueezeNet 1.1
         4.31 -> 3.93 ms; the zoo models (3-28 MFLOP of convolutions) ran 1-4 % slower blocked:
         the transforms in and out cost what their small kernels saved.
     winograd : bool
