@@ -134,3 +134,49 @@ def test_grouped_conv1x1_does_not_fit_run_time_shapes_or_other_dtypes():
                                     (1, 1), "float32")
     assert not grouped_conv1x1.fits((1, 8, 4, 4), (8, 4, 1, 1), 2, (1, 1), (0,) * 4, (1, 1),
                                     "float16")
+
+
+def _grouped_windowed(in_channels, out_channels, size, window, groups):
+    """AlexNet's grouped windowed convolution with bias and ReLU, its weights constants."""
+    rng = np.random.default_rng(1)
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, in_channels, size, size), "float32"))
+    weight = relax.const(rng.standard_normal(
+        (out_channels, in_channels // groups, window, window)).astype("float32") * 0.1)
+    bias = relax.const(rng.standard_normal((1, out_channels, 1, 1)).astype("float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            out = builder.emit_output(relax.op.nn.relu(relax.op.add(relax.op.nn.conv2d(
+                x, weight, padding=window // 2, groups=groups), bias)))
+        builder.emit_func_output(out)
+    return builder.get()
+
+
+@pytest.mark.parametrize("target", [ZNVER4, AVX2], ids=["znver4", "haswell"])
+def test_grouped_windowed_convolutions_with_whole_channel_vectors_take_packed_weights(target):
+    # 2 groups of 64 -> 32 channels, 5x5 over a 27-wide image (tiled got 3 or 9 lanes)
+    model = th.load_model(_grouped_windowed(128, 64, 27, 5, 2), name="grouped")
+    devices = th.DeviceSet.parse([f"d0={json.dumps(target)}"])
+    compiled = th.build(model, "all:d0", devices)
+    (conv,) = [layer for layer in th.extract_layers(model, PrepareConfig.for_devices(devices))
+               if layer.kind == "conv2d"]
+    assert compiled.stats.rules[conv.func_name] == "packed-weights"
+    reference = th.build(model, "all:d0", devices, optimize=False)
+    inputs = model.random_inputs(seed=0)
+    want = reference.run(inputs)[0]
+    np.testing.assert_allclose(compiled.run(inputs)[0], want, rtol=1e-4,
+                               atol=1e-4 * np.abs(want).max())
+
+
+def test_groups_of_fewer_output_channels_than_lanes_stay_with_tiled():
+    from tvm import s_tir
+
+    from tvm_hetero.optimize.cpu.base import direct_conv
+
+    model = _grouped_windowed(64, 64, 14, 3, 16)  # 4 output channels per group
+    devices = th.DeviceSet.parse([f"d0={json.dumps(ZNVER4)}"])
+    compiled = th.build(th.load_model(model, name="narrow"), "all:d0", devices)
+    assert "tiled" in compiled.stats.rules.values()
+    assert "packed-weights" not in compiled.stats.rules.values()
+    func = _kernel(64, 14, 4, 16)  # not a direct convolution: the per-group 1x1 form
+    assert direct_conv(func, s_tir.Schedule(func), group_lanes=16) is None

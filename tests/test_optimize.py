@@ -113,17 +113,17 @@ def test_optimizations_cli_json(capsys):
                       "parallel-loops"]} in table
 
 
-def test_direct_convolutions_get_packed_or_blocked_grouped_ones_the_tiled_rule(cpu_devices):
+def test_direct_and_grouped_convolutions_get_packed_weights_or_the_blocked_layout(cpu_devices):
     model = th.load_model(light_model("bvlc_alexnet"), name="bvlc_alexnet")
     rules = th.build(model, "all:cpu", cpu_devices).stats.rules
     convs = sorted(k for k in rules if k.startswith("fused_conv2d"))
     matmuls = [k for k in rules if k.startswith("fused_matmul")]
     assert len(convs) == 5 and len(matmuls) == 3  # the dense layers: [K, N] weights, batch 1
-    # AlexNet's second, fourth and fifth convolutions have two groups; of its direct ones the
-    # RGB one is NCHW, the third (256 -> 384) blocked
-    assert [rules[k] for k in convs].count("packed-weights") == 1, rules
+    # AlexNet's second, fourth and fifth convolutions have two groups of whole channel
+    # vectors: packed-weights; of its direct ones the RGB one is NCHW packed-weights too, the
+    # third (256 -> 384) blocked
+    assert [rules[k] for k in convs].count("packed-weights") == 4, rules
     assert [rules[k] for k in convs].count("blocked-nchwc") == 1, rules
-    assert [rules[k] for k in convs].count("tiled") == 3, rules
     # 9216 -> 4096 and 4096 -> 4096 (144 and 64 MB) in weight panels; 4096 -> 1000 (ragged
     # columns, one row) split along its reduction
     assert sorted(rules[k] for k in matmuls) == ["packed-matmul", "packed-matmul",

@@ -139,9 +139,13 @@ def packed_tile(channel_blocks: int, width: int, accumulators: int, registers: i
     return min(options, key=lambda cw: ((cw[0] + cw[1]) / (cw[0] * cw[1]), -cw[0] * cw[1]))
 
 
-def direct_conv_weight(func, block) -> int | None:
+def direct_conv_weight(func, block, group_lanes: int | None = None) -> int | None:
     """Index of the weight parameter of a direct NCHW convolution block
-    (``out[n, f, y, x] += data[n, c, ., .] * weight[f, c, ry, rx]``), else None."""
+    (``out[n, f, y, x] += data[n, c, ., .] * weight[f, c, ry, rx]``), else None. With
+    `group_lanes`, a grouped convolution too (``data[n, f // O * C + c, ., .]``, O output
+    channels per group, C input channels) whose groups' output channels are a multiple of
+    `group_lanes`: a vector of that many output channels reads one input channel."""
+    from tvm.sym.analyzer import Analyzer
     from tvm.tirx.analysis import undefined_vars
 
     iters = [iv.var for iv in block.iter_vars]
@@ -159,9 +163,23 @@ def direct_conv_weight(func, block) -> int | None:
     if len(weights) != 1:
         return None
     data = [r for r in block.reads if r is not weights[0]][0]
-    if len(data.region) != 4 or not data.region[1].min.same_as(rc) or any(
-            any(v.same_as(f) for v in undefined_vars(r.min)) for r in data.region):
-        return None  # grouped and depthwise convolutions read input channels through f
+    if len(data.region) != 4 or any(any(v.same_as(f) for v in undefined_vars(r.min))
+                                    for r in (data.region[0], *data.region[2:])):
+        return None
+    channel = data.region[1].min
+    if not channel.same_as(rc):  # grouped and depthwise convolutions read channels through f
+        shape = block.writes[0].source.shape
+        if group_lanes is None or len(data.source.shape) != 4:
+            return None
+        per_group = int(weights[0].source.shape[1])
+        groups = int(data.source.shape[1]) // per_group
+        out_channels = int(shape[1])
+        if groups < 2 or per_group < 2 or out_channels % groups \
+                or (out_channels // groups) % group_lanes:
+            return None
+        out_per_group = out_channels // groups
+        if not Analyzer().can_prove_equal(channel, f // out_per_group * per_group + rc):
+            return None
     index = [i for i, p in enumerate(func.params) if p.same_as(weights[0].source)]
     return index[0] if index else None
 
@@ -220,15 +238,16 @@ def one_reduction(sch) -> tuple[list, int] | None:
     return (blocks, reductions[0]) if len(reductions) == 1 else None
 
 
-def direct_conv(func, sch):
+def direct_conv(func, sch, group_lanes: int | None = None):
     """``(root blocks, index of the convolution block, weight parameter index)`` of a kernel
-    whose one reduction is a direct NCHW convolution, else None. The blocks as written
-    (normalize_prim_func would drop the unit loops of a 1x1 kernel)."""
+    whose one reduction is a direct NCHW convolution (grouped too with `group_lanes`: see
+    `direct_conv_weight`), else None. The blocks as written (normalize_prim_func would drop
+    the unit loops of a 1x1 kernel)."""
     found = one_reduction(sch)
     if found is None:
         return None
     blocks, main_index = found
-    weight_index = direct_conv_weight(func, sch.get(blocks[main_index]))
+    weight_index = direct_conv_weight(func, sch.get(blocks[main_index]), group_lanes)
     return None if weight_index is None else (blocks, main_index, weight_index)
 
 
