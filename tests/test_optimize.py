@@ -561,7 +561,7 @@ def test_a_winograd_kernel_is_one_parallel_loop_with_its_epilogue_inlined(cpu_de
     assert not is_winograd(direct) and Winograd().apply(direct, target) is None
 
 
-def test_a_layout_transform_is_copied_in_whole_written_vectors_in_parallel(cpu_devices):
+def test_a_layout_transform_is_copied_row_by_row_in_parallel(cpu_devices):
     from tvm_hetero.layers import layered_module
     from tvm_hetero.optimize.cpu import LayoutCopies
 
@@ -569,11 +569,10 @@ def test_a_layout_transform_is_copied_in_whole_written_vectors_in_parallel(cpu_d
     model = zoo("resnet")
     rules = th.build(model, "all:cpu", cpu_devices).stats.rules
     assert rules["te_layout_transform"] == rules["te_layout_transform1"] == "layout-copies"
-    # into NCHW16c: [1, 16, 32, 32] -> [1, 1, 32, 32, 16]: each pixel's 16 channels one
-    # vector store (gathered from the 16 channel planes)
+    # into NCHW16c: [1, 16, 32, 32] -> [1, 1, 32, 32, 16]; contiguous reads along the columns
     text = LayoutCopies().apply(layered_module(model)["te_layout_transform"], target).script()
-    assert "T.parallel(T.int64(1024))" in text and "T.vectorized(T.int64(16))" in text
-    # the parallel loop runs over output rows first (row = fused // 32): each task writes whole
-    # pixels in the written order, not alternate parts of the same cache lines
-    assert re.search(r"v_i1 = T\.axis\.spatial\(T\.int64\(32\), \w+ // T\.int64\(32\)\)", text)
+    assert "T.parallel(T.int64(512))" in text and "T.vectorized(T.int64(32))" in text
+    # the parallel loop runs over output rows first (row = fused // 16): each task writes whole
+    # rows, not alternate parts of the same cache lines
+    assert re.search(r"v_i1 = T\.axis\.spatial\(T\.int64\(32\), \w+ // T\.int64\(16\)\)", text)
     assert LayoutCopies().apply(layered_module(model)["fused_conv2d_add_relu"], target) is None

@@ -1,5 +1,5 @@
-"""The ``layout-copies`` CPU rule: layout transforms: the loop along the write's (else the
-read's) contiguous axis innermost and vectorized, the others fused and parallel."""
+"""The ``layout-copies`` CPU rule: layout transforms: the loop along the read's contiguous axis
+innermost and vectorized, the others fused and parallel."""
 
 from __future__ import annotations
 
@@ -12,25 +12,19 @@ MIN_PARALLEL_COPY = 1 << 12
 
 
 class LayoutCopies(Rule):
-    """The ``layout-copies`` rule: layout transforms: the loop along the write's (else the
-    read's) contiguous axis innermost and vectorized, the others fused and parallel."""
+    """The ``layout-copies`` rule: layout transforms: the loop along the read's contiguous axis
+    innermost and vectorized, the others fused and parallel."""
 
     name = "layout-copies"
-    description = ("layout transforms: the loop along the write's (else the read's) "
-                   "contiguous axis innermost and vectorized, the others fused and parallel")
+    description = ("layout transforms: the loop along the read's contiguous axis innermost and"
+                   " vectorized, the others fused and parallel")
     kinds = ("elementwise",)
     families = ("cpu",)
 
     def apply(self, func, target):
         """Schedule a layout transform (a copy whose write and read orders differ, such as NCHW ->
-        NCHW16c): the loop along the written contiguous axis innermost and vectorized (whole
-        vector stores, gathered loads), or where the write's last index is no loop of its own,
-        the loop along the read's contiguous axis (contiguous loads, strided stores); the
-        others fused and parallel. NCHW -> NCHW16c, kernels alone, best of 5 alternating
-        rounds, 2-core AMD EPYC: 32 x 112 x 112 0.067 -> 0.033 ms (znver4; haswell's 8 lanes
-        0.064 -> 0.032), 64 x 56 x 56 0.032 -> 0.017, 256 x 14 x 14 0.0079 -> 0.0047; 48 x
-        224 x 224 (9.6 MB, out of cache) 0.65 -> 0.69 and 0.44 -> 0.23. Returns None for
-        other kernels."""
+        NCHW16c): the loop along the read's contiguous axis innermost and vectorized (contiguous
+        loads, strided stores), the others fused and parallel. Returns None for other kernels."""
         from tvm import ir, s_tir, tirx
         from tvm.tirx.analysis import undefined_vars
 
@@ -54,10 +48,6 @@ class LayoutCopies(Rule):
         inner = [i for i, iv in enumerate(block.iter_vars) if last_index.same_as(iv.var)]
         if not inner:
             return None
-        # the written contiguous axis where it is a loop of its own (NCHW -> NCHW16c: the 16
-        # channels): whole-vector stores, the loads gathered from one channel plane each
-        written = [i for i, iv in enumerate(block.iter_vars) if store.indices[-1].same_as(iv.var)]
-        inner = written or inner
 
         def write_position(index: int) -> int:  # the first written axis the loop's variable indexes
             var = block.iter_vars[index].var
