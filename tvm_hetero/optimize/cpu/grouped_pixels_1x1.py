@@ -9,7 +9,7 @@ import os
 from ...ops import grouped_conv1x1
 from ..rule import Rule
 from .base import PACKED_ACCUMULATORS, cpu_traits, loop_extent, loops_under, one_reduction
-from .pixel_lanes_1x1 import _pixel_tile
+from .pixel_lanes_1x1 import pixel_tile
 
 
 def _cores(target) -> int:
@@ -72,7 +72,7 @@ class GroupedPixels1x1(Rule):
             loop_extent(sch, loop) for loop in sch.get_loops(conv))
         if padded % lanes:
             return None
-        tile = _pixel_tile(out_per_group, padded // lanes, per_group, lanes,
+        tile = pixel_tile(out_per_group, padded // lanes, per_group, lanes,
                            PACKED_ACCUMULATORS[registers], registers, traits.l1_bytes)
         if tile is None:
             return None

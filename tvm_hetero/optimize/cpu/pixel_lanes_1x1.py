@@ -9,7 +9,7 @@ from .base import (PACKED_ACCUMULATORS, accumulate_in_registers, cpu_traits, dir
                    tile_registers)
 
 
-def _pixel_tile(out_channels: int, pixel_vectors: int, in_channels: int, lanes: int,
+def pixel_tile(out_channels: int, pixel_vectors: int, in_channels: int, lanes: int,
                 accumulators: int, registers: int,
                 panel_bytes: int) -> tuple[int, int] | None:
     """``(output channels, pixel vectors)`` per register tile of the pixel-lane rule: the
@@ -82,7 +82,7 @@ class PixelLanes1x1(Rule):
         if pixels % lanes:
             return None
         in_channels = int(weight.shape[1])
-        tile = _pixel_tile(out_shape[1], pixels // lanes, in_channels, lanes,
+        tile = pixel_tile(out_shape[1], pixels // lanes, in_channels, lanes,
                            PACKED_ACCUMULATORS[registers], registers, traits.l1_bytes)
         if tile is None:
             return None
