@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
-import time
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE, ort_cpu_session  # noqa: E402
+from suite_models import SUITE, alternating_best, cpu_devices, ort_cpu_session  # noqa: E402
 
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
@@ -48,11 +46,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     threads = host_num_cores()
-    spec = "cpu"
-    if args.target_mcpu:
-        spec = json.dumps({"kind": "llvm", "mcpu": args.target_mcpu, "num-cores": threads,
-                           "name": "cpu"})
-    devices = th.DeviceSet.parse([spec])
+    devices = cpu_devices(args.target_mcpu, threads)
     print(f"target {json.dumps(devices.devices[0].target)}; {threads} threads; best of "
           f"{args.rounds} alternating rounds")
     print(f"{'model':<20}{'ort ms':>9}{'A ms':>9}{'B ms':>9}{'A/ort':>7}{'B/ort':>7}"
@@ -70,14 +64,8 @@ def main() -> None:
         old = build(model, devices)
         table.reset_table()
         pass_.fast_math = fast_math.fast_math
-        best = {"ort": math.inf, "A": math.inf, "B": math.inf}
-        for _ in range(args.rounds):
-            time.sleep(0.3)
-            best["ort"] = min(best["ort"], th.time_function(
-                lambda: session.run(None, feed), repeat=args.repeat).median)
-            for key, compiled in (("A", old), ("B", new)):
-                time.sleep(0.3)
-                best[key] = min(best[key], compiled.benchmark(inputs, repeat=args.repeat).median)
+        best = alternating_best(session, feed, {"A": old, "B": new}, inputs, args.rounds,
+                                args.repeat)
         errors = [max_relative_error(c.run(inputs), want) for c in (old, new)]
         print(f"{name:<20}{best['ort']:>9.3f}{best['A']:>9.3f}{best['B']:>9.3f}"
               f"{best['A'] / best['ort']:>7.2f}{best['B'] / best['ort']:>7.2f}"

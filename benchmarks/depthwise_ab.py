@@ -14,15 +14,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import os
 import sys
-import time
 from dataclasses import replace
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE, ort_cpu_session  # noqa: E402
+from suite_models import SUITE, alternating_best, cpu_devices, ort_cpu_session  # noqa: E402
 
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
@@ -66,11 +64,7 @@ def main() -> None:
                         help="also C: the default with blocked_min_model_flops=0")
     args = parser.parse_args()
     threads = host_num_cores()
-    spec = "cpu"
-    if args.target_mcpu:
-        spec = json.dumps({"kind": "llvm", "mcpu": args.target_mcpu, "num-cores": threads,
-                           "name": "cpu"})
-    devices = th.DeviceSet.parse([spec])
+    devices = cpu_devices(args.target_mcpu, threads)
     variants = {"A": {"blocked_depthwise": False}, "B": {}}
     if args.small_blocked:
         variants["C"] = {"blocked_min_model_flops": 0.0}
@@ -87,14 +81,7 @@ def main() -> None:
         want = session.run(None, feed)
         built = {key: build_with(proto, name, devices, key == "A", **over)
                  for key, over in variants.items()}
-        best = {key: math.inf for key in ["ort", *variants]}
-        for _ in range(args.rounds):
-            time.sleep(0.3)
-            best["ort"] = min(best["ort"], th.time_function(
-                lambda: session.run(None, feed), repeat=args.repeat).median)
-            for key, compiled in built.items():
-                time.sleep(0.3)
-                best[key] = min(best[key], compiled.benchmark(inputs, repeat=args.repeat).median)
+        best = alternating_best(session, feed, built, inputs, args.rounds, args.repeat)
         errors = {key: max_relative_error(c.run(inputs), want) for key, c in built.items()}
         print(f"{name:<20}{best['ort']:>9.3f}" + "".join(f"{best[k]:>9.3f}" for k in variants)
               + "".join(f"{best[k] / best['ort']:>7.2f}" for k in variants)

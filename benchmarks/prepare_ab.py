@@ -13,14 +13,12 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import os
 import sys
-import time
 from dataclasses import fields, replace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE, ort_cpu_session  # noqa: E402
+from suite_models import SUITE, alternating_best, cpu_devices, ort_cpu_session  # noqa: E402
 from model_suite import cpu_name  # noqa: E402
 
 import tvm_hetero as th  # noqa: E402
@@ -79,11 +77,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"Error: unknown model(s) {', '.join(unknown)}")
     threads = host_num_cores()
-    spec = "cpu"
-    if args.target_mcpu:
-        spec = json.dumps({"kind": "llvm", "mcpu": args.target_mcpu, "num-cores": threads,
-                           "name": "cpu"})
-    devices = th.DeviceSet.parse([spec])
+    devices = cpu_devices(args.target_mcpu, threads)
     print(f"CPU: {cpu_name()} ({host_cpu_name()}), {threads} threads; target "
           f"{json.dumps(devices.devices[0].target)}; best of {args.rounds} alternating rounds")
     print(f"A: {variants['A'] or 'default'}; B: {variants['B'] or 'default'}")
@@ -97,14 +91,7 @@ def main() -> None:
         session = ort_cpu_session(proto, threads)
         want = session.run(None, feed)
         built = {key: build_with(model, devices, **changes) for key, changes in variants.items()}
-        best = {key: math.inf for key in ["ort", *variants]}
-        for _ in range(args.rounds):
-            time.sleep(0.3)
-            best["ort"] = min(best["ort"], th.time_function(
-                lambda: session.run(None, feed), repeat=args.repeat).median)
-            for key, compiled in built.items():
-                time.sleep(0.3)
-                best[key] = min(best[key], compiled.benchmark(inputs, repeat=args.repeat).median)
+        best = alternating_best(session, feed, built, inputs, args.rounds, args.repeat)
         errors = {key: max_relative_error(c.run(inputs), want) for key, c in built.items()}
         print(f"{name:<20}{best['ort']:>9.3f}{best['A']:>9.3f}{best['B']:>9.3f}"
               f"{best['A'] / best['ort']:>7.2f}{best['B'] / best['ort']:>7.2f}"

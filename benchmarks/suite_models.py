@@ -364,6 +364,38 @@ def ort_cpu_session(proto: onnx.ModelProto, threads: int, profile_prefix: str | 
                                 providers=["CPUExecutionProvider"])
 
 
+def cpu_devices(target_mcpu: str | None, threads: int):
+    """The A/B benchmarks' one-device set: the host CPU (``cpu``), or with `target_mcpu` an
+    LLVM CPU of that name and `threads` cores, also named ``cpu``."""
+    import json
+
+    import tvm_hetero as th
+
+    spec = "cpu"
+    if target_mcpu:
+        spec = json.dumps({"kind": "llvm", "mcpu": target_mcpu, "num-cores": threads,
+                           "name": "cpu"})
+    return th.DeviceSet.parse([spec])
+
+
+def alternating_best(session, feed, builds: dict, inputs, rounds: int, repeat: int) -> dict:
+    """Best median ms over `rounds` rounds alternating onnxruntime's `session` (key ``ort``,
+    fed `feed`) and each compiled model of `builds` (by its key, fed `inputs`)."""
+    import time
+
+    import tvm_hetero as th
+
+    best = {key: math.inf for key in ["ort", *builds]}
+    for _ in range(rounds):
+        time.sleep(0.3)
+        best["ort"] = min(best["ort"], th.time_function(
+            lambda: session.run(None, feed), repeat=repeat).median)
+        for key, compiled in builds.items():
+            time.sleep(0.3)
+            best[key] = min(best[key], compiled.benchmark(inputs, repeat=repeat).median)
+    return best
+
+
 def strip_initializer_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
     """Remove the initializers from the graph inputs (in place): onnxruntime folds only
     initializers that are not also inputs."""
