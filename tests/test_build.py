@@ -44,8 +44,10 @@ SLOW = pytest.mark.slow
 
 
 @pytest.mark.parametrize("name, placements", [
-    ("bvlc_alexnet", 2), ("squeezenet", 3),
-    # resnet50 is built in the default run by test_optimize (rules against the default loops)
+    ("bvlc_alexnet", 2),
+    # squeezenet and resnet50 are built in the default run by test_optimize (rules against
+    # the default loops)
+    pytest.param("squeezenet", 3, marks=SLOW),
     *[pytest.param(name, 2, marks=SLOW) for name in
       ["resnet50", "vgg19", "zfnet512", "inception_v1", "inception_v2", "densenet121",
        "shufflenet"]],

@@ -35,6 +35,16 @@ def test_rules_match_the_unoptimized_build(name, cpu_devices):
         assert max_relative_error(got, reference) < 1e-4
 
 
+_BUILT = {}
+
+
+def _built_all_on_cpu(name, devices):
+    """One all-on-`cpu` build per light graph, shared by the tests that only read its rules."""
+    if name not in _BUILT:
+        _BUILT[name] = th.build(th.load_model(light_model(name), name=name), "all:cpu", devices)
+    return _BUILT[name]
+
+
 def test_every_cpu_kernel_of_resnet50_is_scheduled(caplog, cpu_devices):
     model = th.load_model(light_model("resnet50"), name="resnet50")
     with caplog.at_level("INFO", logger="tvm_hetero.optimize"):
@@ -263,7 +273,7 @@ def test_a_1x1_convolution_with_a_residual_add_takes_pixel_lanes(stride, rule, c
 def test_resnet50s_blocked_convolutions_take_the_blocked_rule(cpu_devices):
     model = th.load_model(light_model("resnet50"), name="resnet50")
     layers = th.extract_layers(model)
-    rules = th.build(model, "all:cpu", cpu_devices).stats.rules
+    rules = _built_all_on_cpu("resnet50", cpu_devices).stats.rules
     blocked = {layer.func_name for layer in layers if layer.kind == "conv2d"
                and len(layer.outputs[0].shape) == 5}
     assert len(blocked) == 23  # 52 calls: every convolution but the RGB one
@@ -375,11 +385,9 @@ def test_global_pools_and_means_take_reduction_chains_sliding_windows_do_not(cpu
 
     from tvm_hetero.optimize.cpu import ReductionChains
 
-    rules = th.build(th.load_model(light_model("squeezenet"), name="squeezenet"), "all:cpu",
-                     cpu_devices).stats.rules
+    rules = _built_all_on_cpu("squeezenet", cpu_devices).stats.rules
     assert rules["mean"] == "reduction-chains"  # 13x13 over 13x13: one window per channel
-    rules = th.build(th.load_model(light_model("resnet50"), name="resnet50"), "all:cpu",
-                     cpu_devices).stats.rules
+    rules = _built_all_on_cpu("resnet50", cpu_devices).stats.rules
     # its 7x7 global pool runs blocked: one channel vector per window, pooling-rows (4.2 us
     # against 7.7 with reduction-chains)
     assert rules["avg_pool2d"] == "pooling-rows"
