@@ -16,7 +16,7 @@ import sys
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE, alternating_best, cpu_devices, ort_cpu_session  # noqa: E402
+from suite_models import alternating_best, cpu_devices, suite_case  # noqa: E402
 
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
@@ -52,11 +52,7 @@ def main() -> None:
     print(f"{'model':<20}{'ort ms':>9}{'A ms':>9}{'B ms':>9}{'A/ort':>7}{'B/ort':>7}"
           f"{'A err':>9}{'B err':>9}")
     for name in [m for m in args.models.split(",") if m]:
-        proto, feed = SUITE[name]()
-        model = th.load_model(proto, name=name)
-        inputs = {s.name: feed[s.source_name or s.name] for s in model.inputs}
-        session = ort_cpu_session(proto, threads)
-        want = session.run(None, feed)
+        proto, feed, model, inputs, session, want = suite_case(name, threads)
         table.reset_table()
         pass_.fast_math = fast_math.fast_math
         new = build(model, devices)

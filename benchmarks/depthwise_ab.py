@@ -20,7 +20,7 @@ from dataclasses import replace
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE, alternating_best, cpu_devices, ort_cpu_session  # noqa: E402
+from suite_models import alternating_best, cpu_devices, suite_case  # noqa: E402
 
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
@@ -74,11 +74,7 @@ def main() -> None:
           + "".join(f"{k + '/ort':>7}" for k in variants)
           + "".join(f"{k + ' err':>9}" for k in variants))
     for name in [m for m in args.models.split(",") if m]:
-        proto, feed = SUITE[name]()
-        model = th.load_model(proto, name=name)
-        inputs = {spec.name: feed[spec.source_name or spec.name] for spec in model.inputs}
-        session = ort_cpu_session(proto, threads)
-        want = session.run(None, feed)
+        proto, feed, model, inputs, session, want = suite_case(name, threads)
         built = {key: build_with(proto, name, devices, key == "A", **over)
                  for key, over in variants.items()}
         best = alternating_best(session, feed, built, inputs, args.rounds, args.repeat)

@@ -40,7 +40,7 @@ from collections import defaultdict
 import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE, ort_cpu_session  # noqa: E402
+from suite_models import SUITE, ort_cpu_session, suite_case  # noqa: E402
 
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
@@ -123,11 +123,7 @@ def tune(name, model, device_set, args):
 
 def prepare(name, device_set, kernel_times, args):
     """Build one model (and its tuned build), check it against onnxruntime, census its kernels."""
-    proto, feed = SUITE[name]()
-    model = th.load_model(proto, name=name)
-    inputs = {spec.name: feed[spec.source_name or spec.name] for spec in model.inputs}
-    session = ort_cpu_session(proto, host_num_cores())
-    want = session.run(None, feed)
+    proto, feed, model, inputs, session, want = suite_case(name, host_num_cores())
     ort_ops = ort_op_times(proto, feed)
     start = time.perf_counter()
     device = device_set.devices[0]

@@ -18,7 +18,7 @@ import sys
 from dataclasses import fields, replace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE, alternating_best, cpu_devices, ort_cpu_session  # noqa: E402
+from suite_models import SUITE, alternating_best, cpu_devices, suite_case  # noqa: E402
 from model_suite import cpu_name  # noqa: E402
 
 import tvm_hetero as th  # noqa: E402
@@ -85,11 +85,7 @@ def main() -> None:
           f"{'B/A':>7}{'A err':>9}{'B err':>9}")
     notes = []
     for name in [m for m in args.models.split(",") if m]:
-        proto, feed = SUITE[name]()
-        model = th.load_model(proto, name=name)
-        inputs = {s.name: feed[s.source_name or s.name] for s in model.inputs}
-        session = ort_cpu_session(proto, threads)
-        want = session.run(None, feed)
+        proto, feed, model, inputs, session, want = suite_case(name, threads)
         built = {key: build_with(model, devices, **changes) for key, changes in variants.items()}
         best = alternating_best(session, feed, built, inputs, args.rounds, args.repeat)
         errors = {key: max_relative_error(c.run(inputs), want) for key, c in built.items()}

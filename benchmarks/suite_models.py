@@ -364,6 +364,19 @@ def ort_cpu_session(proto: onnx.ModelProto, threads: int, profile_prefix: str | 
                                 providers=["CPUExecutionProvider"])
 
 
+def suite_case(name: str, threads: int):
+    """Suite model `name` ready to compare: ``(proto, feed, model, inputs, session, want)``:
+    the ONNX model and onnxruntime's feed, the tvm_hetero model and its inputs, an
+    onnxruntime CPU session on `threads` threads and its outputs (the reference)."""
+    import tvm_hetero as th
+
+    proto, feed = SUITE[name]()
+    model = th.load_model(proto, name=name)
+    inputs = {spec.name: feed[spec.source_name or spec.name] for spec in model.inputs}
+    session = ort_cpu_session(proto, threads)
+    return proto, feed, model, inputs, session, session.run(None, feed)
+
+
 def cpu_devices(target_mcpu: str | None, threads: int):
     """The A/B benchmarks' one-device set: the host CPU (``cpu``), or with `target_mcpu` an
     LLVM CPU of that name and `threads` cores, also named ``cpu``."""

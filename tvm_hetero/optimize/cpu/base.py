@@ -168,12 +168,11 @@ def direct_conv_weight(func, block, group_lanes: int | None = None) -> int | Non
         return None
     channel = data.region[1].min
     if not channel.same_as(rc):  # grouped and depthwise convolutions read channels through f
-        shape = block.writes[0].source.shape
-        if group_lanes is None or len(data.source.shape) != 4:
+        if group_lanes is None:
             return None
         per_group = int(weights[0].source.shape[1])
         groups = int(data.source.shape[1]) // per_group
-        out_channels = int(shape[1])
+        out_channels = int(block.writes[0].source.shape[1])
         if groups < 2 or per_group < 2 or out_channels % groups \
                 or (out_channels // groups) % group_lanes:
             return None

@@ -4,8 +4,7 @@ channels x pixel vectors."""
 
 from __future__ import annotations
 
-import os
-
+from ...devices import host_num_cores
 from ...ops import grouped_conv1x1
 from ..rule import Rule
 from .base import PACKED_ACCUMULATORS, cpu_traits, loop_extent, loops_under, one_reduction
@@ -13,8 +12,9 @@ from .pixel_lanes_1x1 import pixel_tile
 
 
 def _cores(target) -> int:
+    """The target's ``num-cores``, else the host's."""
     cores = target.attrs.get("num-cores") if hasattr(target, "attrs") else None
-    return int(cores) if cores else (os.cpu_count() or 1)
+    return int(cores) if cores else host_num_cores()
 
 
 def _vectorize_lanes(sch, loop, lanes: int) -> None:
