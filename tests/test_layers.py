@@ -7,9 +7,8 @@ import pytest
 import tvm_hetero as th
 from tvm_hetero.layers import LAYER_KINDS, is_layered
 from tvm_hetero.prepare import prepare
-from tvm_hetero.testing import light_model_path
 
-from conftest import conv_chain, zoo, zoo_direct
+from conftest import conv_chain, light, zoo, zoo_direct
 
 
 def test_a_fused_group_is_one_layer():
@@ -154,7 +153,7 @@ def test_layer_names_are_stable_across_processes():
 
 
 def test_resnet50_from_the_onnx_package_has_50_to_70_layers():
-    layers = th.extract_layers(th.load_model(light_model_path("resnet50")).mod)
+    layers = th.extract_layers(light("resnet50"))
     assert 50 <= len(layers) <= 70, len(layers)
     convs = [l for l in layers if l.kind == "conv2d"]
     assert len(convs) == 53  # every Conv of ResNet-50 with its batch norm (and residual add)
@@ -282,7 +281,7 @@ def test_inference_dropout_is_dropped_and_the_convolution_blocked():
     layers = th.extract_layers(mod)
     assert [l.op_kinds for l in layers] == [["te_layout_transform"], ["conv2d"],
                                             ["te_layout_transform"]]
-    squeezenet = th.extract_layers(th.load_model(light_model_path("squeezenet")).mod)
+    squeezenet = th.extract_layers(light("squeezenet"))
     assert not any("dropout" in op for l in squeezenet for op in l.op_kinds)
     # all its convolutions but the RGB one run blocked (the 1000-class one padded to 1008)
     assert sum(len(l.outputs[0].shape) == 5 for l in squeezenet if l.kind == "conv2d") == 25

@@ -8,9 +8,9 @@ from tvm.script import tirx as T
 import tvm_hetero as th
 from tvm_hetero import optimize
 from tvm_hetero.layers import LAYER_KINDS, kernel_kind
-from tvm_hetero.testing import light_model, max_relative_error, random_placement
+from tvm_hetero.testing import max_relative_error, random_placement
 
-from conftest import zoo, zoo_direct
+from conftest import light, zoo, zoo_direct
 
 
 @pytest.fixture(autouse=True)
@@ -23,16 +23,18 @@ def fresh_table():
 @pytest.mark.parametrize("name", ["mlp", "cnn", "vgg", "resnet", "transformer",
                                   "light:bvlc_alexnet", "light:squeezenet", "light:resnet50"])
 def test_rules_match_the_unoptimized_build(name, cpu_devices):
-    model = th.load_model(light_model(name[6:]), name=name[6:]) if name.startswith("light:") \
-        else zoo(name)
+    model = light(name[6:]) if name.startswith("light:") else zoo(name)
     layers = th.extract_layers(model)
     inputs = model.random_inputs(seed=5)
     reference = th.build(model, "all:cpu", cpu_devices, optimize=False).run(inputs)
-    placements = [th.Placement.all_on(layers, "cpu"),
-                  random_placement(layers, cpu_devices.names, np.random.default_rng(1))]
-    for placement in placements:
-        got = th.build(model, placement, cpu_devices).run(inputs)
-        assert max_relative_error(got, reference) < 1e-4
+    # all on cpu (the light graphs' build is shared with the tests that read its rules), and
+    # one random placement over both devices
+    all_on_cpu = _built_all_on_cpu(name[6:], cpu_devices) if name.startswith("light:") \
+        else th.build(model, th.Placement.all_on(layers, "cpu"), cpu_devices)
+    random = th.build(model, random_placement(layers, cpu_devices.names,
+                                              np.random.default_rng(1)), cpu_devices)
+    for compiled in (all_on_cpu, random):
+        assert max_relative_error(compiled.run(inputs), reference) < 1e-4
 
 
 _BUILT = {}
@@ -41,15 +43,13 @@ _BUILT = {}
 def _built_all_on_cpu(name, devices):
     """One all-on-`cpu` build per light graph, shared by the tests that only read its rules."""
     if name not in _BUILT:
-        _BUILT[name] = th.build(th.load_model(light_model(name), name=name), "all:cpu", devices)
+        _BUILT[name] = th.build(light(name), "all:cpu", devices)
     return _BUILT[name]
 
 
-def test_every_cpu_kernel_of_resnet50_is_scheduled(caplog, cpu_devices):
-    model = th.load_model(light_model("resnet50"), name="resnet50")
-    with caplog.at_level("INFO", logger="tvm_hetero.optimize"):
-        th.build(model, "all:cpu", cpu_devices)
-    unscheduled = [r.message for r in caplog.records if "keeps TVM's default loops" in r.message]
+def test_every_cpu_kernel_of_resnet50_is_scheduled(cpu_devices):
+    rules = _built_all_on_cpu("resnet50", cpu_devices).stats.rules
+    unscheduled = [name for name, rule in rules.items() if rule is None]
     # only kernels without loops worth scheduling may stay (reshape views, tiny softmax, the
     # 2048-element layout transform back from the blocked layout)
     assert len(unscheduled) <= 4, unscheduled
@@ -124,7 +124,7 @@ def test_optimizations_cli_json(capsys):
 
 
 def test_direct_and_grouped_convolutions_get_packed_weights_or_the_blocked_layout(cpu_devices):
-    model = th.load_model(light_model("bvlc_alexnet"), name="bvlc_alexnet")
+    model = light("bvlc_alexnet")
     rules = th.build(model, "all:cpu", cpu_devices).stats.rules
     convs = sorted(k for k in rules if k.startswith("fused_conv2d"))
     matmuls = [k for k in rules if k.startswith("fused_matmul")]
@@ -146,7 +146,7 @@ def test_packed_weights_are_repacked_constants_in_the_built_module(cpu_devices):
     from tvm_hetero.layers import layered_module, main_bindings
     from tvm_hetero.optimize.cpu import PACKED_WEIGHTS_ATTR
 
-    model = th.load_model(light_model("squeezenet"), name="squeezenet")
+    model = light("squeezenet")
     target = cpu_devices["cpu"].tvm_target()
     annotated = th.AnnotateDevice(th.Placement.all_on(th.extract_layers(model), "cpu"),
                                   th.DeviceSet([cpu_devices["cpu"]]))(layered_module(model))
@@ -271,7 +271,7 @@ def test_a_1x1_convolution_with_a_residual_add_takes_pixel_lanes(stride, rule, c
 
 
 def test_resnet50s_blocked_convolutions_take_the_blocked_rule(cpu_devices):
-    model = th.load_model(light_model("resnet50"), name="resnet50")
+    model = light("resnet50")
     layers = th.extract_layers(model)
     rules = _built_all_on_cpu("resnet50", cpu_devices).stats.rules
     blocked = {layer.func_name for layer in layers if layer.kind == "conv2d"
@@ -305,7 +305,7 @@ def test_the_blocked_rule_declines_nchw_convolutions(cpu_devices):
 
 
 def test_a_short_window_reduction_is_packed_only_where_tiled_lanes_would_be_ragged(cpu_devices):
-    squeezenet = th.load_model(light_model("squeezenet"), name="squeezenet")
+    squeezenet = light("squeezenet")
     first_conv = "fused_conv2d_add_relu"  # 3x3 over RGB: 27 multiply-adds per output
     assert th.build(squeezenet, "all:cpu", cpu_devices).stats.rules[first_conv] \
         == "packed-weights"  # 111 columns: the tiled rule would get 3 lanes
@@ -328,7 +328,7 @@ def _max_pool_17_wide():
 
 
 def test_windowed_pools_take_pooling_rows_unless_the_width_has_no_lanes(cpu_devices):
-    squeezenet = th.load_model(light_model("squeezenet"), name="squeezenet")
+    squeezenet = light("squeezenet")
     rules = th.build(squeezenet, "all:cpu", cpu_devices).stats.rules
     # 55, 27 and 13 output columns: 11, 9 and 13 lanes; the global average pool is a reduction
     assert sorted(k for k, rule in rules.items() if rule == "pooling-rows") \
@@ -373,7 +373,7 @@ def test_a_concatenation_is_one_parallel_copy_per_input(cpu_devices):
 
 
 def test_squeezenets_concatenations_take_concat_copies(cpu_devices):
-    squeezenet = th.load_model(light_model("squeezenet"), name="squeezenet")
+    squeezenet = light("squeezenet")
     rules = th.build(squeezenet, "all:cpu", cpu_devices).stats.rules
     assert sorted(k for k, rule in rules.items() if rule == "concat-copies") == [
         "concatenate", "concatenate1", "concatenate2", "concatenate3"], rules
@@ -536,7 +536,7 @@ def test_small_convolutions_pad_their_input_per_parallel_task(cpu_devices):
             "vgg": {"tiled", "winograd"}, "resnet": {"tiled", "winograd", "blocked-nchwc"}}[name]
         assert all(loops == 1 for _, loops in found.values()), found
     # ResNet-50's blocked ones would pad 45-55 KB per task: padded first, in a loop of its own
-    found = _padded_convolutions(th.load_model(light_model("resnet50"), name="resnet50"),
+    found = _padded_convolutions(light("resnet50"),
                                  target)
     blocked = [loops for rule, loops in found.values() if rule == "blocked-nchwc"]
     assert blocked and all(loops == 2 for loops in blocked)
