@@ -184,6 +184,21 @@ def test_blocked_register_tiles_follow_the_targets_registers(mcpu, direct, produ
     assert all(tile_registers(w, c) <= registers for c, w in products.values())
 
 
+@pytest.mark.parametrize("mcpu, blocks, width, tile", [
+    # 80 and 112 channels (EfficientNet's, MobileNetV3's) at 14 x 14 on AVX2: 1 x 14, not the
+    # 2 x 2 whose 4 accumulators load least per multiply-add but leave the FMA pipes idle
+    ("haswell", 10, 14, (1, 14)), ("haswell", 14, 14, (1, 14)), ("haswell", 30, 14, (1, 14)),
+    ("haswell", 60, 14, (4, 2)),
+    ("haswell", 10, 7, (1, 7)),  # below the floor where no tile reaches it
+    ("znver4", 3, 14, (1, 14)), ("znver4", 10, 27, (1, 9)), ("znver4", 60, 14, (2, 7)),
+])
+def test_register_tiles_keep_enough_accumulators_for_the_fma_latency(mcpu, blocks, width, tile):
+    from tvm_hetero.optimize.cpu.base import PACKED_ACCUMULATORS, cpu_traits, packed_tile
+
+    registers = cpu_traits(tvm.target.Target({"kind": "llvm", "mcpu": mcpu})).registers
+    assert packed_tile(blocks, width, PACKED_ACCUMULATORS[registers], registers) == tile
+
+
 @pytest.mark.parametrize("mcpu, accumulators", [("haswell", {False: 8, True: 7}),
                                                  ("znver4", {False: 16, True: 14})])
 @pytest.mark.parametrize("winograd_form, rule", [(False, "blocked-nchwc"), (True, "winograd")])

@@ -29,9 +29,10 @@ from .rule import FAMILIES, Rule
 # row-reductions and packed-matmul, 14 tiles, registers and caches from the target,
 # depthwise-rows and vector exp/sigmoid in every CPU kernel, 15 the channel-vector rules' AVX2
 # tiles within the registers and Winograd's products tile from packed_tile, 16
-# depthwise-nchwc, 17 grouped-pixels-1x1): tuned-vs-rules
-# comparisons stored in a tuning database under another version are measured again.
-RULES_VERSION = 17
+# depthwise-nchwc, 17 grouped-pixels-1x1, 18 register tiles of at least 8 accumulators):
+# tuned-vs-rules comparisons stored in a tuning database under another version are measured
+# again.
+RULES_VERSION = 18
 
 
 def default_table() -> dict[tuple[str, str], list[Rule]]:

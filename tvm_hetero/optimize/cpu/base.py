@@ -60,6 +60,13 @@ def walks_contiguously(block, lane_var) -> bool:
 # core on VGG's and ResNet's 3x3 layers, 2 x 4 tiles 91-102 (Zen 4 running haswell code;
 # AVX-512 4 x 4 tiles 111-114).
 PACKED_ACCUMULATORS = {32: 16, 16: 14}
+# Fewer accumulators than this cannot cover the latency of two FMA pipes (4 cycles each): a
+# tile reaches it where the extents allow before it saves loads. AVX2 on 14-wide rows took
+# 2 x 2 (1.0 load per multiply-add) over 1 x 14 (1.07): EfficientNet's and MobileNetV3's
+# 80- and 112-channel 1x1 layers at 14 x 14 ran 0.62-0.72x the time with 1 x 14, kernels
+# alone (Zen 4 running haswell code); AVX-512's few changed tiles (3 x 2 -> 1 x 14, 2 x 3 ->
+# 1 x 9) 0.93-1.01x.
+MIN_ACCUMULATORS = 8
 
 
 def tile_registers(outer: int, inner: int) -> int:
@@ -125,18 +132,20 @@ def cpu_traits(target) -> CpuTraits:
 
 def packed_tile(channel_blocks: int, width: int, accumulators: int, registers: int,
                 vectors_inner: bool = False) -> tuple[int, int]:
-    """``(channel vectors, output columns)`` per register tile: the fewest loads per
-    multiply-add (a tile of c vectors x w columns loads c weight vectors and broadcasts w
-    inputs for c * w multiply-adds), then the largest tile; both divide their extents. At
-    most `accumulators`, within the target's `registers` (`tile_registers`, the columns
-    innermost, or the vectors with `vectors_inner`)."""
+    """``(channel vectors, output columns)`` per register tile: at least `MIN_ACCUMULATORS`
+    where the extents allow, then the fewest loads per multiply-add (a tile of c vectors x w
+    columns loads c weight vectors and broadcasts w inputs for c * w multiply-adds), then the
+    largest tile; both divide their extents. At most `accumulators`, within the target's
+    `registers` (`tile_registers`, the columns innermost, or the vectors with
+    `vectors_inner`)."""
     def fits(c, w):
         return (tile_registers(w, c) if vectors_inner else tile_registers(c, w)) <= registers
 
     options = [(c, w) for c in range(1, min(channel_blocks, 4) + 1) if channel_blocks % c == 0
                for w in range(1, min(width, accumulators) + 1) if width % w == 0
                and c * w <= accumulators and fits(c, w)]
-    return min(options, key=lambda cw: ((cw[0] + cw[1]) / (cw[0] * cw[1]), -cw[0] * cw[1]))
+    return min(options, key=lambda cw: (cw[0] * cw[1] < MIN_ACCUMULATORS,
+                                        (cw[0] + cw[1]) / (cw[0] * cw[1]), -cw[0] * cw[1]))
 
 
 def direct_conv_weight(func, block, group_lanes: int | None = None) -> int | None:
