@@ -125,15 +125,17 @@ def test_grouped_pixels_1x1_declines_a_compute_padded_for_narrower_vectors():
 def test_grouped_conv1x1_fits_only_grouped_1x1_stride_1_convolutions(
         data, weight, groups, strides, padding, fits):
     assert grouped_conv1x1.fits(data, weight, groups, strides, padding, (1, 1),
-                                "float32") is fits
+                                ("float32",) * 3) is fits
 
 
 def test_grouped_conv1x1_does_not_fit_run_time_shapes_or_other_dtypes():
     batch = tvm.tirx.Var("n", "int64")
     assert not grouped_conv1x1.fits((batch, 8, 4, 4), (8, 4, 1, 1), 2, (1, 1), (0,) * 4,
-                                    (1, 1), "float32")
-    assert not grouped_conv1x1.fits((1, 8, 4, 4), (8, 4, 1, 1), 2, (1, 1), (0,) * 4, (1, 1),
-                                    "float16")
+                                    (1, 1), ("float32",) * 3)
+    for dtypes in [("float16",) * 3, ("float32", "float16", "float32"),
+                   ("float32", "float32", "float16")]:  # data, weight, output
+        assert not grouped_conv1x1.fits((1, 8, 4, 4), (8, 4, 1, 1), 2, (1, 1), (0,) * 4,
+                                        (1, 1), dtypes)
 
 
 def _grouped_windowed(in_channels, out_channels, size, window, groups):

@@ -17,15 +17,16 @@ BLOCK = "grouped_conv2d_pixels"
 CROP_BLOCK = "grouped_conv2d_crop"
 
 
-def fits(data_shape, weight_shape, groups: int, strides, padding, dilation, dtype: str) -> bool:
-    """Whether a Relax ``conv2d`` (NCHW data, OIHW weight) is a float32 grouped 1x1 convolution
-    with stride 1 and no padding, neither ungrouped nor depthwise (one channel per group),
-    with static shapes."""
+def fits(data_shape, weight_shape, groups: int, strides, padding, dilation, dtypes) -> bool:
+    """Whether a Relax ``conv2d`` (NCHW data, OIHW weight) is a grouped 1x1 convolution with
+    stride 1 and no padding, neither ungrouped nor depthwise (one channel per group), with
+    static shapes, its `dtypes` (the data's, the weight's and the output's) all float32."""
     from tvm import tirx
 
-    if dtype != "float32" or groups <= 1 or len(data_shape) != 4 or len(weight_shape) != 4 \
-            or not all(isinstance(v, (int, tirx.IntImm))
-                       for v in list(data_shape) + list(weight_shape)):
+    if any(str(dtype) != "float32" for dtype in dtypes) or groups <= 1 \
+            or len(data_shape) != 4 or len(weight_shape) != 4:
+        return False
+    if not all(isinstance(v, (int, tirx.IntImm)) for v in list(data_shape) + list(weight_shape)):
         return False  # a shape known only at run time
     channels = int(data_shape[1])
     out_channels, per_group, window_h, window_w = (int(v) for v in weight_shape)

@@ -38,8 +38,9 @@ def conv2d_legalizer(config: PrepareConfig):
             if config.grouped_pixels and (data, kernel, out) == ("NCHW", "OIHW", "NCHW") \
                     and grouped_conv1x1.fits(call.args[0].ty.shape, call.args[1].ty.shape,
                                              int(attrs.groups), attrs.strides, attrs.padding,
-                                             attrs.dilation, str(call.args[0].ty.dtype)) \
-                    and str(call.args[1].ty.dtype) == str(call.ty.dtype) == "float32":
+                                             attrs.dilation, (call.args[0].ty.dtype,
+                                                              call.args[1].ty.dtype,
+                                                              call.ty.dtype)):
                 return bb.call_te(grouped_conv1x1.grouped_conv2d_1x1, call.args[0],
                                   call.args[1], int(attrs.groups), config.channel_lanes,
                                   primfunc_name_hint="conv2d")
