@@ -101,7 +101,7 @@ def test_compile_cli_builds_with_the_tuning_database(tuned_db, tmp_path, capsys)
     assert code == 0 and "0 kernels tuned, 3 reused" in capsys.readouterr().out
 
 
-def test_comparisons_against_older_rules_are_not_used(tuned_db, tmp_path):
+def test_comparisons_against_older_rules_are_not_used(tuned_db, tmp_path, caplog):
     from tvm_hetero.optimize import RULES_VERSION
 
     path, summary = tuned_db
@@ -112,8 +112,12 @@ def test_comparisons_against_older_rules_are_not_used(tuned_db, tmp_path):
         choice["rules_version"] = RULES_VERSION - 1
     (copy / CHOICES_FILE).write_text(json.dumps(data))
     db = TuningDatabase(copy)
-    compiled = th.build(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), tuning_db=db)
+    with caplog.at_level("WARNING", logger="tvm_hetero.build"):
+        compiled = th.build(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), tuning_db=db)
     assert TUNED not in compiled.stats.rules.values()
+    # said, not silent: the user's tuned kernels are not in this build
+    (warning,) = [r.message for r in caplog.records if "older version of the rules" in r.message]
+    assert warning.startswith(f"{len(data['kernels'])} kernels of tuning database")
     layers = th.extract_layers(zoo("mlp"))
     from tvm_hetero.layers import layered_module
 

@@ -275,6 +275,7 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     if tuning_db is not None:
         tuning = tuning_db if isinstance(tuning_db, TuningDatabase) else TuningDatabase(
             tuning_db)
+        tuning.stale.clear()
     try:
         with host:
             scheduled = tvm.transform.Sequential(
@@ -284,6 +285,12 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     except Exception as err:
         raise BuildError(f"lowering the placed module failed: {error_message(err)}") from err
     stats.lower_s = time.perf_counter() - start
+    if tuning is not None and tuning.stale:
+        logger.warning("%d kernels of tuning database %s were compared with an older version of "
+                       "the rules and keep the rules (%s); tuning again (any trials) compares "
+                       "them anew without re-tuning", len(tuning.stale), tuning.path,
+                       ", ".join(sorted(tuning.stale)[:5])
+                       + (", ..." if len(tuning.stale) > 5 else ""))
 
     start = time.perf_counter()
     try:

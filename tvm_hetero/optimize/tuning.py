@@ -120,6 +120,8 @@ class TuningDatabase:
                               f"{err.strerror}") from err
         self._ms_database = None
         self.choices: dict[str, dict] = self._read_choices()
+        # kernels `schedule` found compared under other rules (kept to the rules), by name
+        self.stale: set[str] = set()
 
     def _read_choices(self) -> dict[str, dict]:
         path = os.path.join(self.path, CHOICES_FILE)
@@ -176,6 +178,9 @@ class TuningDatabase:
         """The tuned PrimFunc for `func` on `target` when tuning beat the rules, else None."""
         workload = _workload(func, target)
         choice = self._choice(workload)
+        stored = self.choices.get(_key(workload))
+        if choice is None and stored is not None:
+            self.stale.add(stored.get("name", _key(workload)))
         if not choice or choice.get("tuned_ms") is None \
                 or not choice["tuned_ms"] < choice["rule_ms"]:
             return None
