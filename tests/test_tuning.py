@@ -261,6 +261,39 @@ def test_a_kernel_share_tunes_only_the_heaviest_kernels_heaviest_first(tmp_path,
     assert sent == [[names[0]]] and summary.left_to_rules == 0 and summary.reused == 2
 
 
+def test_kernels_measured_before_are_compared_again_outside_the_share(tmp_path, monkeypatch):
+    import tvm_ffi
+
+    from tvm_hetero.layers import layered_module
+    from tvm_hetero.optimize import tuning
+
+    model = zoo("mlp")
+    mod = layered_module(model)
+    names = sorted({layer.func_name for layer in th.extract_layers(model)})
+    funcs = {name: mod[mod.get_global_var(name)] for name in names}
+    rule_ms = {names[0]: 1.0, names[1]: 1.5, names[2]: 10.0}  # the share 0.75 takes names[2]
+
+    def name_of(func):
+        return next(name for name in names if tvm_ffi.structural_equal(funcs[name], func))
+
+    sent, compared = [], []
+    monkeypatch.setattr(tuning, "kernel_for", lambda func, device: (func, func))
+    monkeypatch.setattr(tuning, "time_kernel", lambda lib, *_, **__: rule_ms[name_of(lib)])
+    monkeypatch.setattr(tuning, "_run_metaschedule",
+                        lambda kernels, *args: sent.append([name for name, _, _ in kernels]))
+    monkeypatch.setattr(tuning, "_compare", lambda db, name, *args: compared.append(name) or {
+        "name": name, "trials": 4, "tuned_ms": 0.5, "rule_ms": rule_ms[name], "rule": "tiled",
+        "rules_version": tuning.RULES_VERSION})
+    # an earlier run (a larger share) measured names[0]; its comparison is from older rules
+    monkeypatch.setattr(tuning.TuningDatabase, "has_records",
+                        lambda self, func, target: name_of(func) == names[0])
+    summary = tune_kernels(model, "all:cpu", th.DeviceSet.parse(["cpu"]), trials=8,
+                           database=str(tmp_path), kernel_share=0.75)
+    assert sent == [[names[2]]]  # only the share is tuned
+    assert sorted(compared) == sorted([names[2], names[0]])  # the measured one compared again
+    assert summary.tuned == 2 and summary.left_to_rules == 1
+
+
 def test_a_kernel_share_out_of_range_is_one_clear_error(tmp_path):
     for share in (0.0, 1.5):  # the CLI's --tune-share: tests/test_bad_inputs.py
         with pytest.raises(th.HeteroError, match=r"share .* must be in \(0, 1\]"):

@@ -263,8 +263,9 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
         spends a first round of `trials_per_iter` trials on every kernel it is given, so a
         small budget over many kernels goes mostly to the light ones; 0.8 puts it where the
         time is. The kernels left out keep their rule and are tuned by a later run with a
-        larger share. Winograd kernels and kernels with shapes known only at run time are
-        never tuned (they keep their rule) and are not counted in the share.
+        larger share; those a run measured before are compared again whatever the share.
+        Winograd kernels and kernels with shapes known only at run time are never tuned
+        (they keep their rule) and are not counted in the share.
     trials_per_iter : int
         Candidates measured per MetaSchedule search iteration.
     progress : callable, optional
@@ -311,14 +312,20 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
         if kernel_share < 1:
             heaviest = _heaviest(kernels, device, kernel_share)
             chosen = {name for name, _, _ in heaviest}
-            left = [kernel for kernel in todo if kernel[0] not in chosen]
+            # the share bounds what is tuned; a kernel measured before (by a run whose share
+            # took it) is compared again whatever this run's share, or its tuned schedule
+            # would be left unused
+            measured = [kernel for kernel in todo if kernel[0] not in chosen
+                        and db.has_records(kernel[1], target)]
+            left = [kernel for kernel in todo if kernel[0] not in chosen
+                    and kernel not in measured]
             for name, _, _ in left:
                 logger.info("kernel %s on %s keeps its rule, not tuned: outside the heaviest "
                             "%.0f %% of the time", name, device_name, 100 * kernel_share)
             summary.left_to_rules += len(left)
             # heaviest first: the task scheduler's first round goes through them in this order
             todo_names = {name for name, _, _ in todo}
-            todo = [kernel for kernel in heaviest if kernel[0] in todo_names]
+            todo = [kernel for kernel in heaviest if kernel[0] in todo_names] + measured
             if not todo:
                 continue
         # tuned before, compared under older rules: compared again, not tuned again
