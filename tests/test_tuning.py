@@ -281,10 +281,14 @@ def test_kernels_measured_before_are_compared_again_outside_the_share(tmp_path, 
     monkeypatch.setattr(tuning, "time_kernel", lambda lib, *_, **__: rule_ms[name_of(lib)])
     monkeypatch.setattr(tuning, "_run_metaschedule",
                         lambda kernels, *args: sent.append([name for name, _, _ in kernels]))
-    monkeypatch.setattr(tuning, "_compare", lambda db, name, *args: compared.append(name) or {
-        "name": name, "trials": 4, "tuned_ms": 0.5, "rule_ms": rule_ms[name], "rule": "tiled",
-        "rules_version": tuning.RULES_VERSION})
-    # an earlier run (a larger share) measured names[0]; its comparison is from older rules
+
+    def fake_compare(db, name, *args):
+        compared.append(name)
+        return {"name": name, "trials": 4, "tuned_ms": 0.5, "rule_ms": rule_ms[name],
+                "rule": "tiled", "rules_version": tuning.RULES_VERSION}
+
+    monkeypatch.setattr(tuning, "_compare", fake_compare)
+    # an earlier run (a larger share) measured names[0]; no comparison under these rules
     monkeypatch.setattr(tuning.TuningDatabase, "has_records",
                         lambda self, func, target: name_of(func) == names[0])
     summary = tune_kernels(model, "all:cpu", th.DeviceSet.parse(["cpu"]), trials=8,
