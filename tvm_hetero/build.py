@@ -286,7 +286,7 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
         raise BuildError(f"lowering the placed module failed: {error_message(err)}") from err
     stats.lower_s = time.perf_counter() - start
     if tuning is not None and tuning.stale:
-        logger.warning("%d kernels of tuning database %s were compared with an older version of "
+        logger.warning("%d kernels of tuning database %s were compared under another version of "
                        "the rules and keep the rules (%s); tuning again (any trials) compares "
                        "them anew without re-tuning", len(tuning.stale), tuning.path,
                        ", ".join(sorted(tuning.stale)[:5])
