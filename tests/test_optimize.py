@@ -124,8 +124,7 @@ def test_optimizations_cli_json(capsys):
 
 
 def test_direct_and_grouped_convolutions_get_packed_weights_or_the_blocked_layout(cpu_devices):
-    model = light("bvlc_alexnet")
-    rules = th.build(model, "all:cpu", cpu_devices).stats.rules
+    rules = _built_all_on_cpu("bvlc_alexnet", cpu_devices).stats.rules
     convs = sorted(k for k in rules if k.startswith("fused_conv2d"))
     matmuls = [k for k in rules if k.startswith("fused_matmul")]
     assert len(convs) == 5 and len(matmuls) == 3  # the dense layers: [K, N] weights, batch 1
@@ -305,9 +304,8 @@ def test_the_blocked_rule_declines_nchw_convolutions(cpu_devices):
 
 
 def test_a_short_window_reduction_is_packed_only_where_tiled_lanes_would_be_ragged(cpu_devices):
-    squeezenet = light("squeezenet")
     first_conv = "fused_conv2d_add_relu"  # 3x3 over RGB: 27 multiply-adds per output
-    assert th.build(squeezenet, "all:cpu", cpu_devices).stats.rules[first_conv] \
+    assert _built_all_on_cpu("squeezenet", cpu_devices).stats.rules[first_conv] \
         == "packed-weights"  # 111 columns: the tiled rule would get 3 lanes
     assert th.build(zoo("cnn"), "all:cpu", cpu_devices).stats.rules[first_conv] == "tiled"
 
@@ -328,8 +326,7 @@ def _max_pool_17_wide():
 
 
 def test_windowed_pools_take_pooling_rows_unless_the_width_has_no_lanes(cpu_devices):
-    squeezenet = light("squeezenet")
-    rules = th.build(squeezenet, "all:cpu", cpu_devices).stats.rules
+    rules = _built_all_on_cpu("squeezenet", cpu_devices).stats.rules
     # 55, 27 and 13 output columns: 11, 9 and 13 lanes; the global average pool is a reduction
     assert sorted(k for k, rule in rules.items() if rule == "pooling-rows") \
         == ["max_pool2d", "max_pool2d1", "max_pool2d2"], rules
@@ -373,8 +370,7 @@ def test_a_concatenation_is_one_parallel_copy_per_input(cpu_devices):
 
 
 def test_squeezenets_concatenations_take_concat_copies(cpu_devices):
-    squeezenet = light("squeezenet")
-    rules = th.build(squeezenet, "all:cpu", cpu_devices).stats.rules
+    rules = _built_all_on_cpu("squeezenet", cpu_devices).stats.rules
     assert sorted(k for k, rule in rules.items() if rule == "concat-copies") == [
         "concatenate", "concatenate1", "concatenate2", "concatenate3"], rules
 
@@ -536,8 +532,7 @@ def test_small_convolutions_pad_their_input_per_parallel_task(cpu_devices):
             "vgg": {"tiled", "winograd"}, "resnet": {"tiled", "winograd", "blocked-nchwc"}}[name]
         assert all(loops == 1 for _, loops in found.values()), found
     # ResNet-50's blocked ones would pad 45-55 KB per task: padded first, in a loop of its own
-    found = _padded_convolutions(light("resnet50"),
-                                 target)
+    found = _padded_convolutions(light("resnet50"), target)
     blocked = [loops for rule, loops in found.values() if rule == "blocked-nchwc"]
     assert blocked and all(loops == 2 for loops in blocked)
     assert [loops for rule, loops in found.values() if rule == "packed-weights"] == [1]
