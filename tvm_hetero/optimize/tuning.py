@@ -160,8 +160,7 @@ class TuningDatabase:
 
     def _choice(self, workload) -> dict | None:
         """The stored comparison, when it was made against the current default rules."""
-        choice = self.choices.get(_key(workload))
-        return choice if choice and choice.get("rules_version") == RULES_VERSION else None
+        return _current(self.choices.get(_key(workload)))
 
     def has(self, func, target) -> bool:
         return self._choice(_workload(func, target)) is not None
@@ -177,10 +176,11 @@ class TuningDatabase:
     def schedule(self, func, target):
         """The tuned PrimFunc for `func` on `target` when tuning beat the rules, else None."""
         workload = _workload(func, target)
-        choice = self._choice(workload)
-        stored = self.choices.get(_key(workload))
+        key = _key(workload)
+        stored = self.choices.get(key)
+        choice = _current(stored)
         if choice is None and stored is not None:
-            self.stale.add(stored.get("name", _key(workload)))
+            self.stale.add(stored.get("name", key))
         if not choice or choice.get("tuned_ms") is None \
                 or not choice["tuned_ms"] < choice["rule_ms"]:
             return None
@@ -190,6 +190,11 @@ class TuningDatabase:
         tuned = sch.mod["main"].without_attr(TUNED_FOR_ATTR).without_attr("global_symbol")
         return tuned.with_attrs({k: v for k, v in func.attrs.items()}) \
             if func.attrs is not None else tuned
+
+
+def _current(choice: dict | None) -> dict | None:
+    """`choice` (a stored comparison) when it was made against the current default rules."""
+    return choice if choice and choice.get("rules_version") == RULES_VERSION else None
 
 
 def has_symbolic_shape(func) -> bool:
@@ -315,10 +320,10 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
             # the share bounds what is tuned; a kernel measured before (by a run whose share
             # took it) is compared again whatever this run's share, or its tuned schedule
             # would be left unused
-            measured = [kernel for kernel in todo if kernel[0] not in chosen
-                        and db.has_records(kernel[1], target)]
-            left = [kernel for kernel in todo if kernel[0] not in chosen
-                    and kernel not in measured]
+            measured, left = [], []
+            for kernel in todo:
+                if kernel[0] not in chosen:
+                    (measured if db.has_records(kernel[1], target) else left).append(kernel)
             for name, _, _ in left:
                 logger.info("kernel %s on %s keeps its rule, not tuned: outside the heaviest "
                             "%.0f %% of the time", name, device_name, 100 * kernel_share)
