@@ -15,6 +15,7 @@ from tvm_hetero.layers import OP_KINDS_ATTR
 from tvm_hetero.ops import conv2d_nchwc, winograd
 from tvm_hetero.prepare import PrepareConfig
 from tvm_hetero.prepare.blocked_conv_layout import BlockedConvLayout
+from tvm_hetero.prepare.conv1d_as_conv2d import Conv1dAsConv2d
 from tvm_hetero.prepare.drop_dropout import DropDropout
 from tvm_hetero.prepare.fold_constant_layouts import FoldConstantLayouts
 from tvm_hetero.prepare.legalize import conv2d_legalizer
@@ -441,3 +442,90 @@ def test_a_blocked_depthwise_model_builds_with_depthwise_nchwc_and_is_right(targ
     reference = th.build(model, "all:d0", devices, optimize=False)
     inputs = model.random_inputs(seed=0)
     assert max_relative_error(compiled.run(inputs), reference.run(inputs)) < 1e-5
+
+
+# ----------------------------------------------------------------------------------------------
+# 1-D convolutions as 2-D ones
+
+
+def _temporal_block(bb, x, residual):
+    """Conv1d (groups 2, dilation 2) + bias + ReLU, a residual add of another input, a strided
+    conv1d; the ReLU's output also read transposed (an op that stays 3-D)."""
+    conv = bb.emit(relax.op.nn.conv1d(x, relax.const(_weights(8, 4, 3)), padding=[2, 2],
+                                      dilation=2, groups=2))
+    biased = bb.emit(relax.op.add(conv, relax.const(_weights(1, 8, 1, seed=1))))
+    act = bb.emit(relax.op.nn.relu(biased))
+    summed = bb.emit(relax.op.add(act, residual))
+    strided = bb.emit(relax.op.nn.conv1d(summed, relax.const(_weights(8, 8, 3, seed=2)),
+                                         strides=2, padding=[1, 0]))
+    return relax.Tuple([strided, relax.op.permute_dims(act)])
+
+
+def _run_legalized(mod, inputs):
+    executable = tvm.compile(relax.transform.LegalizeOps()(mod), target="llvm")
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+
+
+def _op_counts(mod) -> dict:
+    from collections import Counter
+
+    from tvm_hetero.layers import main_bindings
+
+    return Counter(b.value.op.name for b in main_bindings(mod) if isinstance(b.value, relax.Call)
+                   and isinstance(b.value.op, tvm.ir.Op))
+
+
+def test_conv1d_as_conv2d_lifts_the_chain_between_convolutions_and_keeps_the_result():
+    params = [("x", (1, 8, 32)), ("r", (1, 8, 32))]
+    before = _module(params, _temporal_block)
+    after = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(
+        Conv1dAsConv2d()(before)))
+    counts = _op_counts(after)
+    assert counts["relax.nn.conv2d"] == 2 and "relax.nn.conv1d" not in counts
+    # in: x and the residual; out: the strided convolution and the ReLU the transpose reads
+    assert counts["relax.expand_dims"] == 2 and counts["relax.squeeze"] == 2
+    assert counts["relax.add"] == 2 and counts["relax.nn.relu"] == 1
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(shape).astype("float32") for _, shape in params]
+    for got, want in zip(_run_legalized(after, inputs), _run_legalized(before, inputs)):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_graph_phase_runs_conv1d_as_conv2d_unless_configured_off():
+    before = _module([("x", (1, 8, 32)), ("r", (1, 8, 32))], _temporal_block)
+    assert "relax.nn.conv1d" not in _op_counts(graph_phase(PrepareConfig())(before))
+    off = graph_phase(PrepareConfig(conv1d_as_conv2d=False))(before)
+    assert _op_counts(off)["relax.nn.conv1d"] == 2
+
+
+@pytest.mark.parametrize("target, lanes", [(AVX2, 8), (ZNVER4, 16)])
+def test_a_temporal_conv_net_builds_blocked_with_the_2d_rules_and_is_right(target, lanes,
+                                                                           monkeypatch):
+    from tvm_hetero.testing import max_relative_error
+
+    for_devices = PrepareConfig.for_devices.__func__  # the blocked layout from 0 FLOPs
+    monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
+        lambda cls, devs, **more: replace(for_devices(cls, devs, **more),
+                                          blocked_min_model_flops=0)))
+
+    def tcn(bb, x):
+        y = bb.emit(relax.op.nn.conv1d(x, relax.const(_weights(16, 16, 3)), padding=[2, 2],
+                                       dilation=2))
+        y = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(y, relax.const(
+            _weights(1, 16, 1, seed=1))))))
+        return relax.op.add(x, y)
+
+    mod = _module([("x", (1, 16, 64))], tcn)
+    model = th.load_model(mod, name="tcn")
+    devices = _devices(target)
+    layers = th.extract_layers(model, PrepareConfig.for_devices(devices))
+    (conv,) = [layer for layer in layers if layer.kind == "conv2d"]
+    assert conv.outputs[0].shape == (1, 16 // lanes, 1, 64, lanes)
+    compiled = th.build(model, "all:d0", devices)
+    assert compiled.stats.rules[conv.func_name] == "blocked-nchwc"
+    inputs = model.random_inputs(seed=0)
+    want = _run_legalized(mod, [inputs[spec.name] for spec in model.inputs])
+    assert max_relative_error(compiled.run(inputs), want) < 1e-5

@@ -54,6 +54,10 @@ class PrepareConfig:
         pixels padded to whole ``channel_lanes`` vectors
         (:mod:`tvm_hetero.ops.grouped_conv1x1`, the ``grouped-pixels-1x1`` rule); off, to
         TVM's grouped convolution.
+    conv1d_as_conv2d : bool
+        Run 1-D convolutions (NCW) as 2-D ones of height 1, the elementwise ops between them
+        in 4-D (:class:`~tvm_hetero.prepare.conv1d_as_conv2d.Conv1dAsConv2d`), so that the
+        2-D convolution rules and the blocked layout reach them.
     winograd_min_tiles, winograd_max_weight_bytes : int
         The Winograd fit test's thresholds (see :mod:`tvm_hetero.ops.winograd`).
     """
@@ -66,6 +70,7 @@ class PrepareConfig:
     blocked_min_model_flops: float = 200e6
     winograd: bool = True
     grouped_pixels: bool = True
+    conv1d_as_conv2d: bool = True
     winograd_min_tiles: int = winograd_op.MIN_TILES
     winograd_max_weight_bytes: int = winograd_op.MAX_WEIGHT_BYTES
 

@@ -25,6 +25,7 @@ def graph_phase(config: PrepareConfig):
     from tvm import relax
 
     from .blocked_conv_layout import BlockedConvLayout
+    from .conv1d_as_conv2d import Conv1dAsConv2d
     from .drop_dropout import DropDropout
     from .merge_concatenated_convs import MergeConcatenatedConvs
     from .pad_conv_channels import PadConvChannels
@@ -40,6 +41,8 @@ def graph_phase(config: PrepareConfig):
         t.CanonicalizeBindings(),  # aliases left by the rewrite block fusion
         # constants: batch-norm scales and shifts, reshaped weights
         t.FoldConstant(),
+        # 1-D convolutions as 2-D ones of height 1, for the 2-D rules and layout
+        *([Conv1dAsConv2d(), t.CanonicalizeBindings()] if config.conv1d_as_conv2d else []),
         # convolutions for the CPU rules: parallel ones of one input merged, output channels
         # padded to whole vectors, the blocked layout where the model's convolutions pay for it
         MergeConcatenatedConvs(),
