@@ -15,6 +15,7 @@ from tvm_hetero.layers import OP_KINDS_ATTR
 from tvm_hetero.ops import conv2d_nchwc, winograd
 from tvm_hetero.prepare import PrepareConfig
 from tvm_hetero.prepare.blocked_conv_layout import BlockedConvLayout
+from tvm_hetero.prepare.constants_at_full_rank import ConstantsAtFullRank
 from tvm_hetero.prepare.conv1d_as_conv2d import Conv1dAsConv2d
 from tvm_hetero.prepare.drop_dropout import DropDropout
 from tvm_hetero.prepare.fold_constant_layouts import FoldConstantLayouts
@@ -192,6 +193,39 @@ def test_blocked_conv_layout_needs_the_work_or_a_winograd_convolution_and_can_be
     assert not BlockedConvLayout(PrepareConfig())(before).same_as(before)  # Winograd fits
     assert BlockedConvLayout(PrepareConfig(blocked_layout=False, blocked_min_model_flops=0))(
         before).same_as(before)
+
+
+def test_constants_at_full_rank_reshapes_lower_rank_constants_of_binary_ops():
+    scale, shift = _weights(4, 1, 1), _weights(8, seed=1)
+    params = [("x", (1, 4, 8, 8))]
+    before = _module(params, lambda bb, x: relax.op.add(
+        bb.emit(relax.op.multiply(x, relax.const(scale))), relax.const(shift)))
+    expected = _module(params, lambda bb, x: relax.op.add(
+        bb.emit(relax.op.multiply(x, relax.const(scale.reshape(1, 4, 1, 1)))),
+        relax.const(shift.reshape(1, 1, 1, 8))))
+    tvm.ir.assert_structural_equal(ConstantsAtFullRank()(before), expected)
+
+
+def test_per_channel_constants_of_rank_3_stay_in_the_blocked_layout_between_convolutions():
+    # a scale and shift of shape (C, 1, 1) between two convolutions (DenseNet-121's light
+    # graph): blocked with them, one transform in and one out, not two more around them
+    params = [("x", (1, 16, 8, 8))]
+
+    def body(bb, x):
+        y = bb.emit(_conv(x, _weights(16, 16, 3, 3), padding=1))
+        y = bb.emit(relax.op.multiply(y, relax.const(_weights(16, 1, 1, seed=1))))
+        y = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(y, relax.const(
+            _weights(16, 1, 1, seed=2))))))
+        return _conv(y, _weights(16, 16, 3, 3, seed=3), padding=1)
+
+    before = _module(params, body)
+    config = PrepareConfig(blocked_min_model_flops=0, winograd=False)
+    after = BlockedConvLayout(config)(before)
+    counts = _op_counts(after)
+    assert counts["relax.layout_transform"] == 2 and counts["relax.nn.conv2d"] == 2
+    inputs = [np.random.default_rng(0).standard_normal((1, 16, 8, 8)).astype("float32")]
+    (got,), (want,) = _run_legalized(after, inputs, config), _run_legalized(before, inputs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_fold_constant_layouts_computes_blocked_constants_by_the_index_map():
@@ -461,8 +495,11 @@ def _temporal_block(bb, x, residual):
     return relax.Tuple([strided, relax.op.permute_dims(act)])
 
 
-def _run_legalized(mod, inputs):
-    executable = tvm.compile(relax.transform.LegalizeOps()(mod), target="llvm")
+def _run_legalized(mod, inputs, config=None):
+    """`mod`'s outputs for `inputs`: legalized (blocked convolutions by our legalizer under
+    `config`) and built for the host."""
+    legalize = {"relax.nn.conv2d": conv2d_legalizer(config)} if config else None
+    executable = tvm.compile(relax.transform.LegalizeOps(legalize)(mod), target="llvm")
     vm = relax.VirtualMachine(executable, tvm.cpu())
     out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
     return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]

@@ -14,6 +14,7 @@ from ..layers import main_bindings
 from ..ops import conv2d_nchwc
 from .clip_as_min_max import ClipAsMinMax
 from .config import PrepareConfig
+from .constants_at_full_rank import ConstantsAtFullRank
 from .fold_constant_layouts import FoldConstantLayouts
 
 logger = logging.getLogger(__name__)
@@ -149,7 +150,8 @@ class BlockedConvLayout:
     every output pixel is one contiguous vector, and chains of convolutions pass activations on
     without re-layout (onnxruntime's NCHWc). A layout transform goes where the layout changes,
     one per tensor; those of constants are folded (:class:`FoldConstantLayouts`); clips become
-    ``maximum``/``minimum`` first (:class:`ClipAsMinMax`: they follow the layout). Nothing
+    ``maximum``/``minimum`` first (:class:`ClipAsMinMax`: they follow the layout), and the
+    constants of binary ops get the op's rank (:class:`ConstantsAtFullRank`: so do they). Nothing
     changes when ``config.blocked_layout`` is off or TVM's layout conversion fails.
 
     Parameters
@@ -182,7 +184,7 @@ class BlockedConvLayout:
             return mod
         winograd = any(runs_as_winograd(call, config) for call in convs
                        if isinstance(call.args[1], tvm.ir.GenericConst))
-        clipped = ClipAsMinMax()(mod)
+        clipped = ConstantsAtFullRank()(ClipAsMinMax()(mod))
         self._depthwise = depthwise_beside_blocked(clipped, config.block_lanes) \
             if config.blocked_depthwise else []
         if flops < config.blocked_min_model_flops and not winograd and not self._depthwise:
