@@ -11,7 +11,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import tvm_hetero as th
-from tvm_hetero.layers import OP_KINDS_ATTR
+from tvm_hetero.layers import OP_KINDS_ATTR, main_bindings
 from tvm_hetero.ops import conv2d_nchwc, winograd
 from tvm_hetero.prepare import PrepareConfig
 from tvm_hetero.prepare.blocked_conv_layout import BlockedConvLayout
@@ -228,6 +228,58 @@ def test_per_channel_constants_of_rank_3_stay_in_the_blocked_layout_between_conv
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def _blocked_and_right(before, params, transforms: int):
+    """`before` through BlockedConvLayout (16 lanes, from 0 FLOPs): `transforms` layout
+    transforms left, and the same outputs."""
+    config = PrepareConfig(blocked_min_model_flops=0, winograd=False)
+    after = BlockedConvLayout(config)(before)
+    assert _op_counts(after)["relax.layout_transform"] == transforms
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(shape).astype("float32") for _, shape in params]
+    from tvm_hetero.testing import max_relative_error
+
+    got, want = _run_legalized(after, inputs, config), _run_legalized(before, inputs)
+    assert max_relative_error(got, want) < 1e-5
+    return after
+
+
+def test_the_blocked_layout_goes_through_a_u_net_s_upsampling_and_skip_concatenation():
+    # TVM's layout conversion leaves resize2d and the concatenation after it NCHW: a
+    # transform out and back per tensor, unless SinkLayoutTransforms carries the layout on
+    params = [("x", (1, 16, 8, 8))]
+
+    def body(bb, x):
+        skip = bb.emit(relax.op.nn.relu(_conv(x, _weights(16, 16, 3, 3), padding=1)))
+        down = bb.emit(_conv(skip, _weights(32, 16, 3, 3, seed=1), strides=2, padding=1))
+        up = bb.emit(relax.op.image.resize2d(down, (8, 8), method="nearest_neighbor"))
+        joined = bb.emit(relax.op.concat([up, skip], axis=1))
+        return _conv(joined, _weights(16, 48, 3, 3, seed=2), padding=1)
+
+    after = _blocked_and_right(_module(params, body), params, transforms=2)
+    (resize,) = [b.value for b in main_bindings(after)
+                 if getattr(b.value, "op", None) is not None
+                 and getattr(b.value.op, "name", "") == "relax.image.resize2d"]
+    assert str(resize.attrs.layout) == "NCHW16c"
+
+
+def test_a_concatenation_with_an_nchw_input_and_the_scale_after_it_stay_blocked():
+    # DenseNet's and Inception's pattern: a concatenation of a blocked convolution's output
+    # and an NCHW tensor (a 24-channel convolution's, no 16-lane blocks), then a per-channel
+    # scale and ReLU before the next convolution
+    params = [("x", (1, 16, 8, 8)), ("y", (1, 24, 8, 8))]
+
+    def body(bb, x, y):
+        blocked = bb.emit(_conv(x, _weights(16, 16, 3, 3), padding=1))
+        nchw = bb.emit(_conv(y, _weights(16, 24, 1, 1, seed=1)))
+        joined = bb.emit(relax.op.concat([blocked, nchw], axis=1))
+        scaled = bb.emit(relax.op.multiply(joined, relax.const(_weights(1, 32, 1, 1, seed=2))))
+        return _conv(bb.emit(relax.op.nn.relu(scaled)), _weights(16, 32, 3, 3, seed=3),
+                     padding=1)
+
+    # x in, the NCHW convolution's output blocked, the result out
+    _blocked_and_right(_module(params, body), params, transforms=3)
+
+
 def test_fold_constant_layouts_computes_blocked_constants_by_the_index_map():
     weight = _weights(32, 16, 3, 3)
 
@@ -352,7 +404,6 @@ def _conv_convs(out_channels: int, in_channels: int = 24):
 
 
 def _conv_attrs(mod):
-    from tvm_hetero.layers import main_bindings
 
     return [(str(b.value.attrs.data_layout), [int(v) for v in b.value.ty.shape])
             for b in main_bindings(mod) if isinstance(b.value, relax.Call)
@@ -414,7 +465,6 @@ def test_a_small_model_with_depthwise_convolutions_to_block_goes_blocked():
 
 
 def _bindings_of(mod, op_name):
-    from tvm_hetero.layers import main_bindings
 
     return [b.value for b in main_bindings(mod) if isinstance(b.value, relax.Call)
             and getattr(b.value.op, "name", "") == op_name]
@@ -507,8 +557,6 @@ def _run_legalized(mod, inputs, config=None):
 
 def _op_counts(mod) -> dict:
     from collections import Counter
-
-    from tvm_hetero.layers import main_bindings
 
     return Counter(b.value.op.name for b in main_bindings(mod) if isinstance(b.value, relax.Call)
                    and isinstance(b.value.op, tvm.ir.Op))

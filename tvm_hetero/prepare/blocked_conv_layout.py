@@ -16,6 +16,7 @@ from .clip_as_min_max import ClipAsMinMax
 from .config import PrepareConfig
 from .constants_at_full_rank import ConstantsAtFullRank
 from .fold_constant_layouts import FoldConstantLayouts
+from .sink_layout_transforms import SinkLayoutTransforms
 
 logger = logging.getLogger(__name__)
 
@@ -200,4 +201,6 @@ class BlockedConvLayout:
             return mod  # as it came, clips too
         # one transform per tensor: ConvertLayout gives each blocked consumer its own
         converted = relax.transform.EliminateCommonSubexpr()(converted)
+        # the layout carried through the resizes, pools and concatenations it stopped at
+        converted = SinkLayoutTransforms()(converted)
         return FoldConstantLayouts()(converted)
