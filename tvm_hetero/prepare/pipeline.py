@@ -77,15 +77,16 @@ def lowering_phase(config: PrepareConfig):
 def prepare(mod, config: PrepareConfig | None = None, target=None):
     """Lower a model's Relax module to its layered form.
 
-    Decomposes inference-only ops (and drops inference dropout), folds constants, merges
-    convolutions of one input whose outputs a Concat joins into one convolution, pads the
-    output channels of convolutions with constant weights up to whole vectors where that costs
-    little (a ``strided_slice`` after the convolution keeps the model's output), converts the
-    convolutions of models with enough convolution work to the blocked layout (a layout
-    transform where the model's layout changes; 3x3 ones as Winograd where they fit),
-    legalizes every op to TIR and fuses (FuseOps + FuseTIR), so that each ``call_tir`` binding
-    of ``main`` is one layer. The ops of each fused group are kept in the PrimFunc attribute
-    ``tvm_hetero.op_kinds``.
+    Decomposes inference-only ops (and drops inference dropout), folds constants, runs 1-D
+    convolutions as 2-D ones of height 1, merges convolutions of one input whose outputs a
+    Concat joins into one convolution, pads the output channels of convolutions with constant
+    weights up to whole vectors where that costs little (a ``strided_slice`` after the
+    convolution keeps the model's output), converts the convolutions of models with enough
+    convolution work to the blocked layout (a layout transform where the model's layout changes,
+    the resizes, pools, concatenations and elementwise ops between blocked convolutions blocked
+    too; 3x3 ones as Winograd where they fit), legalizes every op to TIR and fuses (FuseOps +
+    FuseTIR), so that each ``call_tir`` binding of ``main`` is one layer. The ops of each fused
+    group are kept in the PrimFunc attribute ``tvm_hetero.op_kinds``.
 
     Parameters
     ----------
