@@ -8,7 +8,8 @@ rewrite is one module pass class in its own file (``drop_dropout``, ``simplify_s
 ``blocked_conv_layout`` with ``clip_as_min_max``, ``constants_at_full_rank``,
 ``sink_layout_transforms`` and ``fold_constant_layouts``, ``op_kinds``, ``layer_outputs``);
 ``legalize`` lowers the blocked convolutions to the computes of :mod:`tvm_hetero.ops`. The pass
-modules import TVM; this package does not until ``prepare`` runs. """
+modules import TVM; this package does not until ``prepare`` runs.
+"""
 
 from .config import PrepareConfig
 from .pipeline import prepare
