@@ -586,15 +586,17 @@ def test_the_graph_phase_runs_conv1d_as_conv2d_unless_configured_off():
     assert _op_counts(off)["relax.nn.conv1d"] == 2
 
 
-@pytest.mark.parametrize("target, lanes", [(AVX2, 8), (ZNVER4, 16)])
-def test_a_temporal_conv_net_builds_blocked_with_the_2d_rules_and_is_right(target, lanes,
-                                                                           monkeypatch):
+@pytest.mark.parametrize("target, lanes, blocked", [(AVX2, 8, True), (ZNVER4, 16, True),
+                                                     (ZNVER4, 16, False)])
+def test_a_temporal_conv_net_builds_with_the_2d_rules_and_is_right(target, lanes, blocked,
+                                                                   monkeypatch):
     from tvm_hetero.testing import max_relative_error
 
-    for_devices = PrepareConfig.for_devices.__func__  # the blocked layout from 0 FLOPs
-    monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
-        lambda cls, devs, **more: replace(for_devices(cls, devs, **more),
-                                          blocked_min_model_flops=0)))
+    if blocked:  # the blocked layout from 0 FLOPs
+        for_devices = PrepareConfig.for_devices.__func__
+        monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
+            lambda cls, devs, **more: replace(for_devices(cls, devs, **more),
+                                              blocked_min_model_flops=0)))
 
     def tcn(bb, x):
         y = bb.emit(relax.op.nn.conv1d(x, relax.const(_weights(16, 16, 3)), padding=[2, 2],
@@ -608,9 +610,13 @@ def test_a_temporal_conv_net_builds_blocked_with_the_2d_rules_and_is_right(targe
     devices = _devices(target)
     layers = th.extract_layers(model, PrepareConfig.for_devices(devices))
     (conv,) = [layer for layer in layers if layer.kind == "conv2d"]
-    assert conv.outputs[0].shape == (1, 16 // lanes, 1, 64, lanes)
     compiled = th.build(model, "all:d0", devices)
-    assert compiled.stats.rules[conv.func_name] == "blocked-nchwc"
+    if blocked:
+        assert conv.outputs[0].shape == (1, 16 // lanes, 1, 64, lanes)
+        assert compiled.stats.rules[conv.func_name] == "blocked-nchwc"
+    else:  # NCHW of height 1 (a small model stays unblocked), scheduled
+        assert conv.outputs[0].shape == (1, 16, 1, 64)
+        assert compiled.stats.rules[conv.func_name] is not None
     inputs = model.random_inputs(seed=0)
     want = _run_legalized(mod, [inputs[spec.name] for spec in model.inputs])
     assert max_relative_error(compiled.run(inputs), want) < 1e-5
