@@ -579,6 +579,24 @@ def test_conv1d_as_conv2d_lifts_the_chain_between_convolutions_and_keeps_the_res
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_conv1d_as_conv2d_lifts_a_clip_with_its_bounds():
+    # ReLU6 after a 1-D convolution: clip's bounds are scalar arguments, not tensors
+    params = [("x", (1, 8, 32))]
+
+    def body(bb, x):
+        conv = bb.emit(relax.op.nn.conv1d(x, relax.const(_weights(8, 8, 3)), padding=[1, 1]))
+        return relax.op.clip(conv, 0, 6)
+
+    before = _module(params, body)
+    after = relax.transform.DeadCodeElimination()(Conv1dAsConv2d()(before))
+    counts = _op_counts(after)
+    assert counts["relax.nn.conv2d"] == 1 and counts["relax.clip"] == 1
+    assert counts["relax.squeeze"] == 1  # once, after the clip
+    inputs = [np.random.default_rng(0).standard_normal((1, 8, 32)).astype("float32")]
+    np.testing.assert_allclose(_run_legalized(after, inputs)[0],
+                               _run_legalized(before, inputs)[0], rtol=1e-5, atol=1e-5)
+
+
 def test_the_graph_phase_runs_conv1d_as_conv2d_unless_configured_off():
     before = _module([("x", (1, 8, 32)), ("r", (1, 8, 32))], _temporal_block)
     assert "relax.nn.conv1d" not in _op_counts(graph_phase(PrepareConfig())(before))

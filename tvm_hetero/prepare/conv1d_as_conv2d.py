@@ -83,8 +83,8 @@ class _Rewriter(relax.PyExprMutator):
                             if value.ndim >= 2 else arg)
             elif _ndim(arg) == 3:
                 args.append(relax.op.expand_dims(arg, _AXIS))
-            elif isinstance(arg, relax.PrimValue) or _ndim(arg) == 0:
-                args.append(arg)
+            elif _ndim(arg) == 0 or not isinstance(arg, (relax.Var, relax.Call, relax.Tuple)):
+                args.append(arg)  # a scalar, or a scalar attribute argument (clip's bounds)
             else:
                 return call
         if not any_lifted:
