@@ -8,11 +8,10 @@ import tvm
 from tvm import relax
 
 from .base import rewrite_functions
+from .constants_at_full_rank import BINARY
 from .merge_concatenated_convs import ELEMENTWISE_UNARY
 
 _CONV1D = tvm.ir.Op.get("relax.nn.conv1d")
-_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum",
-           "relax.minimum")
 # the unit axis a 3-D NCW tensor takes: NCW -> NC1W
 _AXIS = 2
 
@@ -97,7 +96,7 @@ class _Rewriter(relax.PyExprMutator):
             return call
         if call.op.same_as(_CONV1D):
             return self._conv(call)
-        if call.op.name in ELEMENTWISE_UNARY or (call.op.name in _BINARY
+        if call.op.name in ELEMENTWISE_UNARY or (call.op.name in BINARY
                                                  and len(call.args) == 2):
             return self._elementwise(call)
         return call
