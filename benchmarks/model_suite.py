@@ -45,7 +45,6 @@ from suite_models import SUITE, ort_cpu_session, suite_case  # noqa: E402
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
 from tvm_hetero.layers import layered_module  # noqa: E402
-from tvm_hetero.optimize import TUNED  # noqa: E402
 from tvm_hetero.profiles import kernel_for, time_kernel  # noqa: E402
 from tvm_hetero.testing import max_relative_error  # noqa: E402
 
@@ -116,7 +115,9 @@ def tune(name, model, device_set, args):
         if summary.left_to_rules else ""
     print(f"{name}: tuned {summary.tuned} kernels, {summary.reused} reused{left}; "
           f"{sum(c.trials for c in summary.choices)} trials in the database for them, "
-          f"{sum(c.use_tuned for c in summary.choices)} faster than the rules; "
+          f"faster than the rules: {sum(c.use_tuned for c in summary.choices)} by "
+          f"MetaSchedule, {sum(c.use_choices for c in summary.choices)} by the rule's "
+          f"measured choices; "
           f"{seconds:.0f} s", flush=True)
     return summary, seconds
 
@@ -161,8 +162,8 @@ def prepare(name, device_set, kernel_times, args):
                 feed=feed, ort_ops=ort_ops, error=error, build_s=build_s, kernels=kernels,
                 tuned=tuned, tune_s=tune_s,
                 trials=sum(c.trials for c in summary.choices) if summary else 0,
-                tuned_kernels=sum(r == TUNED for r in tuned.stats.rules.values()) if tuned
-                else 0,
+                tuned_kernels=sum(c.use_tuned or c.use_choices for c in summary.choices)
+                if summary else 0,
                 ort_ms=math.inf, ours_ms=math.inf, tuned_ms=math.inf)
 
 

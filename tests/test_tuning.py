@@ -65,11 +65,55 @@ def test_build_uses_a_tuned_kernel_only_where_it_beat_the_rules(tuned_db, tmp_pa
     data = json.loads((copy / CHOICES_FILE).read_text())
     for choice in data["kernels"].values():
         choice["rule_ms"] = math.inf if choice["tuned_ms"] is not None else choice["rule_ms"]
+        choice["choices_ms"] = None  # the rule's variants not measured
     (copy / CHOICES_FILE).write_text(json.dumps(data))
     forced = th.build(model, "all:cpu", devices, tuning_db=TuningDatabase(copy))
     with_schedule = {c.name for c in summary.choices if c.tuned_ms is not None}
     assert {k for k, r in forced.stats.rules.items() if r == TUNED} == with_schedule
     assert max_relative_error(forced.run(inputs), want) < 1e-4
+
+
+def test_tuning_measures_the_rule_s_choices_and_builds_take_the_fastest(tuned_db, tmp_path):
+    path, summary = tuned_db
+    model = zoo("mlp")
+    devices = th.DeviceSet.parse(["cpu"])
+    # packed-matmul's register tiles: alternatives measured beside the rule's pick
+    with_variants = [c for c in summary.choices if c.choices_ms is not None]
+    assert with_variants and all(c.choices_ms > 0 for c in with_variants)
+    assert all(c.use_choices == (bool(c.choices) and c.choices_ms < c.rule_ms
+                                 and not c.use_tuned) for c in summary.choices)
+    # every variant faster than the rule and MetaSchedule: the build takes them
+    copy = _copy(path, tmp_path / "db")
+    data = json.loads((copy / CHOICES_FILE).read_text())
+    forced = {}
+    for choice in data["kernels"].values():
+        if choice["choices_ms"] is not None:
+            if not choice["choices"]:  # the rule's pick was fastest: force its first variant
+                choice["choices"] = {"matmul-tile": 1}
+            choice["choices_ms"], choice["tuned_ms"] = 0.0, None
+            forced[choice["name"]] = choice["choices"]
+    (copy / CHOICES_FILE).write_text(json.dumps(data))
+    built = th.build(model, "all:cpu", devices, tuning_db=TuningDatabase(copy))
+    assert built.stats.tuned_choices == forced
+    plain = th.build(model, "all:cpu", devices)
+    assert built.stats.rules == plain.stats.rules and not plain.stats.tuned_choices
+    inputs = model.random_inputs(seed=2)
+    assert max_relative_error(built.run(inputs), plain.run(inputs)) < 1e-4
+
+
+def test_a_kernel_choice_takes_the_fastest_of_rule_variants_and_metaschedule():
+    from tvm_hetero.optimize.tuning import KernelChoice
+
+    def choice(tuned, rule, variant, choices=None):
+        return KernelChoice("k", "cpu", 1, 4, tuned, rule, "tiled",
+                            {"tiled-rows": 1} if choices is None else choices, variant)
+
+    assert choice(1.0, 2.0, 3.0).use_tuned and not choice(1.0, 2.0, 3.0).use_choices
+    assert choice(2.0, 3.0, 1.0).use_choices and not choice(2.0, 3.0, 1.0).use_tuned
+    assert choice(None, 2.0, 1.0).use_choices and choice(None, 2.0, 1.0).best_ms == 1.0
+    assert not choice(None, 1.0, 2.0).use_choices and choice(None, 1.0, 2.0).best_ms == 1.0
+    assert choice(1.0, 2.0, None).use_tuned  # no variants measured
+    assert not choice(None, 2.0, 1.0, choices={}).use_choices  # the rule's own picks
 
 
 def test_kernels_are_tuned_per_target(tuned_db):
@@ -165,18 +209,21 @@ def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path
     seen = []
 
     def fake_time(lib, func, device, **_):
-        kind = "rule" if any(lib is rule_lib for rule_lib in rule_libs) else "tuned"
+        kind = next((kind for kind, libs in built.items()
+                     if any(lib is built_lib for built_lib in libs)), "tuned")
         seen.append(kind)
         rounds = (seen.count(kind) - 1) % tuning.COMPARE_ROUNDS  # this kernel's rounds
-        fast = {"rule": 2.0, "tuned": 1.0}[kind] - 0.01 * (rounds % slow_from)
+        fast = {"rule": 2.0, "tuned": 1.0, "variant": 3.0}[kind] - 0.01 * (rounds % slow_from)
         return fast * (3.0 if rounds >= slow_from else 1.0)
 
-    rule_libs = []
+    built = {"rule": [], "variant": []}  # kernel_for's libraries: the rule's, its variants'
     real_kernel_for = tuning.kernel_for
 
     def recording_kernel_for(*args, **kwargs):
+        from tvm_hetero.optimize.choices import active
+
         lib, func = real_kernel_for(*args, **kwargs)
-        rule_libs.append(lib)
+        built["variant" if active() is not None and active().fixed else "rule"].append(lib)
         return lib, func
 
     monkeypatch.setattr(tuning, "time_kernel", fake_time)
@@ -185,12 +232,16 @@ def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path
                            database=str(copy))
     tuned = [c for c in summary.choices if c.tuned_ms is not None]
     assert tuned and summary.tuned == len(summary.choices)
-    per_kernel = ["rule", "tuned"] * tuning.COMPARE_ROUNDS
-    assert seen[:len(per_kernel)] == per_kernel  # alternately, not one after the other
+    # alternately, not one after the other (the rule's variants in between)
+    variants = seen.index("tuned") - 1
+    assert variants > 0  # packed-matmul's tiles
+    per_kernel = (["rule"] + ["variant"] * variants + ["tuned"]) * tuning.COMPARE_ROUNDS
+    assert seen[:len(per_kernel)] == per_kernel
     lowest = 0.01 * (slow_from - 1)
     for choice in tuned:  # the best of the fast rounds, never a slow one
         assert math.isclose(choice.rule_ms, 2.0 - lowest)
         assert math.isclose(choice.tuned_ms, 1.0 - lowest)
+        assert choice.choices_ms is None or math.isclose(choice.choices_ms, 3.0 - lowest)
 
 
 def test_winograd_kernels_keep_their_rule_and_are_not_tuned(tmp_path, monkeypatch):

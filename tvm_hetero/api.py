@@ -266,7 +266,8 @@ class CompileResult:
                 "layers_per_device": self.layers_per_device,
                 "build_seconds": round(self.compiled.stats.total_s, 3),
                 "tuned_kernels": sum(1 for r in self.compiled.stats.rules.values()
-                                     if r == TUNED)}
+                                     if r == TUNED),
+                "tuned_choice_kernels": len(self.compiled.stats.tuned_choices)}
 
 
 def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *,

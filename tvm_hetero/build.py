@@ -194,6 +194,8 @@ class BuildStats:
     codegen_s: float = 0.0
     # kernel -> the optimization that scheduled it ("meta-schedule" when tuned, None: none)
     rules: dict[str, str | None] = field(default_factory=dict)
+    # kernel -> the rule's choices a tuning database measured faster (``{choice: option}``)
+    tuned_choices: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def total_s(self) -> float:
@@ -279,7 +281,7 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     try:
         with host:
             scheduled = tvm.transform.Sequential(
-                schedule_passes(devices, optimize, tuning, stats.rules)
+                schedule_passes(devices, optimize, tuning, stats.rules, stats.tuned_choices)
                 + list(extra_passes or []))(annotated)
             lowered = _lower(scheduled)
     except Exception as err:

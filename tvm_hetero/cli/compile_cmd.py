@@ -52,14 +52,15 @@ def run(args) -> int:
         return 0
     tuning = result.tuning
     if tuning is not None:
-        faster = sum(1 for c in tuning.choices if c.use_tuned)
+        faster = sum(1 for c in tuning.choices if c.use_tuned or c.use_choices)
+        by_choices = sum(1 for c in tuning.choices if c.use_choices)
         kept = "".join(f", {count} {what} kept their rule" for count, what in (
             (tuning.kept_rule, "Winograd kernels"),
             (tuning.symbolic, "kernels with shapes known only at run time"),
             (tuning.left_to_rules, "light kernels (--tune-share)")) if count)
         print(f"tuning: {tuning.tuned} kernels tuned, {tuning.reused} reused from "
               f"{args.tuning_db}{kept}; {faster} of {len(tuning.choices)} faster than the rules "
-              f"({tuning.seconds:.0f} s)")
+              f"({by_choices} by the rule's measured choices; {tuning.seconds:.0f} s)")
     print(f"wrote {args.output}: {result.model.name}, {len(result.layers)} layers on "
           + ", ".join(f"{n} ({c})" for n, c in result.layers_per_device.items())
           + f", built in {result.compiled.stats.total_s:.2f}s")

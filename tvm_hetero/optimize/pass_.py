@@ -18,6 +18,8 @@ import os
 
 from ..errors import BuildError, error_message
 from ..layers import OP_KINDS_ATTR, kernel_kind
+from .choices import Choices
+from .choices import active as active_choices
 from .cpu.fast_math import fast_math
 from .gpu import GPU_RULE_NAMES
 from .repack import repack_weight_arguments
@@ -47,7 +49,10 @@ def optimize_function(func, target, name: str = "main"):
         return func, AS_WRITTEN
     kind = kernel_kind(func)
     family = family_of(target)
+    choices = active_choices()
     for rule in rules_for(family, kind):
+        if choices is not None:  # only the choices of the rule that schedules the kernel
+            choices.restart()
         try:
             scheduled = rule.apply(func, target)
         except Exception as err:  # noqa: BLE001 (a rule's bug: any exception)
@@ -58,16 +63,21 @@ def optimize_function(func, target, name: str = "main"):
                            rule.name, name, error_message(err))
             continue
         if scheduled is not None:
+            if choices is not None:
+                choices.commit()
             if family == "cpu":
                 # vector math for exp, sigmoid, erf, tanh and small powers, once scheduled: a
                 # rewritten call inlined into two consumers would define its variable twice
                 scheduled = fast_math(scheduled)
             keep = {k: v for k, v in func.attrs.items()} if func.attrs is not None else {}
             return scheduled.with_attrs(keep) if keep else scheduled, rule.name
+    if choices is not None:
+        choices.restart()
     return func, None
 
 
-def OptimizeLayers(tuning=None, chosen: dict | None = None):  # noqa: N802 (TVM pass style)
+def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM pass style)
+                   tuned_choices: dict | None = None):
     """A module pass scheduling every PrimFunc that has a target by its (family, kind) rules.
 
     A kernel scheduled with a packed weight (the ``packed-weights`` rule) changes its weight
@@ -77,10 +87,14 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None):  # noqa: N802 (TVM 
     Parameters
     ----------
     tuning : TuningDatabase, optional
-        Kernels tuned there (and measured faster than the rules) take their tuned schedule.
+        Kernels tuned there (and measured faster than the rules) take their tuned schedule,
+        or their rule with the choices measured fastest there.
     chosen : dict, optional
         Filled with ``{kernel name: rule name}`` (``"meta-schedule"`` for tuned kernels,
         None where TVM's default loops stay).
+    tuned_choices : dict, optional
+        Filled with ``{kernel name: {choice: option}}`` for the kernels scheduled with the
+        choices `tuning` measured fastest.
     """
     import tvm
     from tvm import tirx
@@ -98,7 +112,14 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None):  # noqa: N802 (TVM 
             if tuned is not None:
                 scheduled, rule = tuned, TUNED
             else:
-                scheduled, rule = optimize_function(func, target, gv.name_hint)
+                fixed = tuning.rule_choices(func, target) if tuning is not None else None
+                if fixed:  # the rule with the choices measured fastest
+                    with Choices(fixed):
+                        scheduled, rule = optimize_function(func, target, gv.name_hint)
+                    if tuned_choices is not None:
+                        tuned_choices[gv.name_hint] = fixed
+                else:
+                    scheduled, rule = optimize_function(func, target, gv.name_hint)
             if rule is None:
                 if family_of(target) != "cpu":
                     raise BuildError(f"no rule schedules kernel {gv.name_hint} for "
@@ -114,19 +135,19 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None):  # noqa: N802 (TVM 
 
 
 def schedule_passes(devices, optimize: bool = True, tuning=None,
-                    chosen: dict | None = None) -> list:
+                    chosen: dict | None = None, tuned_choices: dict | None = None) -> list:
     """Per-target scheduling of the placed kernels.
 
     With `optimize` (the default) every kernel is scheduled by the optimization table's rules
     for its own device. Without it CPU kernels keep TVM's default loops; GPU kernels are
     always scheduled (dlight's GPU rules), since an unscheduled GPU kernel silently becomes
     host code. `tuning` (a TuningDatabase) gives tuned kernels their tuned schedule; `chosen`
-    collects ``{kernel: rule}``.
+    collects ``{kernel: rule}``, `tuned_choices` ``{kernel: the rule's tuned choices}``.
     """
     from tvm.s_tir import dlight as dl
 
     if optimize:
-        return [OptimizeLayers(tuning, chosen)]
+        return [OptimizeLayers(tuning, chosen, tuned_choices)]
     passes = []
     if any(dev.family != "cpu" for dev in devices):
         passes.append(dl.ApplyDefaultSchedule(*(getattr(dl.gpu, name)()

@@ -3,11 +3,16 @@
 :func:`tune_kernels` tunes every distinct kernel of the layers a placement puts on each device
 (weighted by how often the model calls it) with TVM's MetaSchedule under one global trial
 budget, then times each tuned kernel against the same kernel scheduled by the optimization
-table's rules, on that device, alone, on the same random arguments. The MetaSchedule database
+table's rules, on that device, alone, on the same random arguments. The rule's own ranked
+choices (:mod:`tvm_hetero.optimize.choices`: its register tile, its reduction blocks, where
+padding runs) are measured there too, each alternative to the heuristic's pick; the fastest
+of the rule, its alternatives and MetaSchedule's schedule is what a build uses. The
+MetaSchedule database
 (``database_workload.json``, ``database_tuning_record.json``) and those comparisons
 (``choices.json``) live in one directory: a later run reuses every kernel already there
 instead of tuning it again, and :func:`tvm_hetero.build` with ``tuning_db=DIR`` schedules a
-kernel by its tuned schedule only where that one measured faster than the rules. Comparisons
+kernel by its tuned schedule (or the rule with its measured choices) only where that one
+measured faster than the rule as it stands. Comparisons
 made against older default rules (``optimize.RULES_VERSION``) are not used: the kernel is
 compared again (and tuned again only when the MetaSchedule database has no record of it).
 
@@ -34,6 +39,7 @@ from ..layers import extract_layers, layered_module
 from ..ops.winograd import is_winograd
 from ..prepare import PrepareConfig
 from ..placement import Placement
+from .choices import Choices, variants
 from .kernel import kernel_for, time_kernel
 from .table import RULES_VERSION
 
@@ -71,7 +77,16 @@ def _key(workload) -> str:
 
 @dataclass
 class KernelChoice:
-    """One tuned kernel: its tuned and rule-scheduled latency on its device."""
+    """One tuned kernel: its MetaSchedule-tuned, rule-scheduled and best rule-variant
+    latency on its device.
+
+    Attributes
+    ----------
+    choices : dict
+        The rule's choices of its fastest variant (``{}``: the heuristic's own picks).
+    choices_ms : float or None
+        That variant's time (None: the rule has no alternatives for this kernel).
+    """
 
     name: str
     device: str
@@ -80,10 +95,27 @@ class KernelChoice:
     tuned_ms: float | None
     rule_ms: float
     rule: str | None
+    choices: dict = field(default_factory=dict)
+    choices_ms: float | None = None
 
     @property
     def use_tuned(self) -> bool:
-        return self.tuned_ms is not None and self.tuned_ms < self.rule_ms
+        """Whether builds take MetaSchedule's schedule (faster than the rule and its
+        variants)."""
+        return self.tuned_ms is not None and self.tuned_ms < self.rule_ms \
+            and (self.choices_ms is None or self.tuned_ms < self.choices_ms)
+
+    @property
+    def use_choices(self) -> bool:
+        """Whether builds take the rule with its measured choices (a variant faster than
+        the rule's picks and than MetaSchedule's schedule)."""
+        return bool(self.choices) and self.choices_ms is not None \
+            and self.choices_ms < self.rule_ms and not self.use_tuned
+
+    @property
+    def best_ms(self) -> float:
+        """The time of what builds use."""
+        return min(t for t in (self.rule_ms, self.tuned_ms, self.choices_ms) if t is not None)
 
 
 @dataclass
@@ -174,15 +206,15 @@ class TuningDatabase:
         return bool(self.ms_database.get_top_k(self.ms_database.commit_workload(workload), 1))
 
     def schedule(self, func, target):
-        """The tuned PrimFunc for `func` on `target` when tuning beat the rules, else None."""
+        """The tuned PrimFunc for `func` on `target` when MetaSchedule's schedule beat the
+        rules (and their measured choices), else None."""
         workload = _workload(func, target)
         key = _key(workload)
         stored = self.choices.get(key)
         choice = _current(stored)
         if choice is None and stored is not None:
             self.stale.add(stored.get("name", key))
-        if not choice or choice.get("tuned_ms") is None \
-                or not choice["tuned_ms"] < choice["rule_ms"]:
+        if not choice or not _as_choice(choice, 0).use_tuned:
             return None
         sch = self.ms_database.query_schedule(workload, target=target, workload_name="main")
         if sch is None:
@@ -190,6 +222,22 @@ class TuningDatabase:
         tuned = sch.mod["main"].without_attr(TUNED_FOR_ATTR).without_attr("global_symbol")
         return tuned.with_attrs({k: v for k, v in func.attrs.items()}) \
             if func.attrs is not None else tuned
+
+
+    def rule_choices(self, func, target) -> dict | None:
+        """The rule's choices (``{choice: option index}``) measured fastest for `func` on
+        `target`, when they beat the rule's own picks and MetaSchedule's schedule; else
+        None."""
+        choice = self._choice(_workload(func, target))
+        if not choice or not _as_choice(choice, 0).use_choices:
+            return None
+        return dict(choice["choices"])
+
+
+def _as_choice(stored: dict, calls: int) -> KernelChoice:
+    return KernelChoice(stored["name"], stored.get("device", ""), calls, stored["trials"],
+                        stored["tuned_ms"], stored["rule_ms"], stored["rule"],
+                        dict(stored.get("choices") or {}), stored.get("choices_ms"))
 
 
 def _current(choice: dict | None) -> dict | None:
@@ -350,9 +398,8 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
         for name, func, calls in kernels:
             choice = db._choice(_workload(func, target))
             if choice:
-                summary.choices.append(KernelChoice(
-                    name, device_name, calls, choice["trials"], choice["tuned_ms"],
-                    choice["rule_ms"], choice["rule"]))
+                summary.choices.append(
+                    _as_choice(dict(choice, name=name, device=device_name), calls))
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -387,31 +434,46 @@ def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_co
 def _compare(db, name, func, calls, device, target) -> dict:
     """Time the tuned kernel (when MetaSchedule found one) and the rule-scheduled kernel."""
     import tvm
+    import tvm_ffi
 
     workload = _workload(func, target)
     records = db.ms_database.get_top_k(db.ms_database.commit_workload(workload), 1 << 30)
     chosen: dict = {}  # the rule kernel_for's scheduling took
-    rule_lib, rule_func = kernel_for(func, device, chosen)
+    with Choices() as seen:
+        builds = {"rule": kernel_for(func, device, chosen)}
     rule = chosen.get("main")
-    tuned_lib = None
+    alternatives = variants(seen.seen)
+    distinct = {tvm_ffi.structural_hash(builds["rule"][1])}
+    for index, fixed in enumerate(alternatives):
+        took: dict = {}
+        with Choices(fixed):
+            lib, scheduled = kernel_for(func, device, took)
+        code = tvm_ffi.structural_hash(scheduled)
+        # another rule took the kernel, or the choice left the code as it was
+        if took.get("main") == rule and code not in distinct:
+            builds[index] = lib, scheduled
+            distinct.add(code)
     sch = db.ms_database.query_schedule(workload, target=target, workload_name="main")
     if sch is not None:
         tuned = sch.mod["main"].with_attr("target", target)
-        tuned_lib = tvm.tirx.build(tvm.IRModule({"main": tuned}), target=target)
+        builds["tuned"] = (tvm.tirx.build(tvm.IRModule({"main": tuned}), target=target), func)
     # interleaved rounds, the best of each: a machine that slows down for a while (this
-    # one's two vCPUs, at times, for seconds) then slows both alike
-    rule_ms = tuned_ms = float("inf")
+    # one's two vCPUs, at times, for seconds) then slows all alike
+    best = dict.fromkeys(builds, float("inf"))
     for _ in range(COMPARE_ROUNDS):
-        rule_ms = min(rule_ms, time_kernel(rule_lib, rule_func, device))
-        if tuned_lib is not None:
-            tuned_ms = min(tuned_ms, time_kernel(tuned_lib, func, device))
-    if tuned_lib is None:
-        tuned_ms = None
-    logger.info("kernel %s on %s: tuned %s ms, rules (%s) %.4f ms", name, device.name,
-                f"{tuned_ms:.4f}" if tuned_ms is not None else "-", rule, rule_ms)
+        for key, (lib, scheduled) in builds.items():
+            best[key] = min(best[key], time_kernel(lib, scheduled, device))
+    rule_ms, tuned_ms = best.pop("rule"), best.pop("tuned", None)
+    fastest = min(best, key=best.get) if best else None
+    choices_ms = best[fastest] if fastest is not None else None
+    logger.info("kernel %s on %s: tuned %s ms, rules (%s) %.4f ms, its choices %s %s ms",
+                name, device.name, f"{tuned_ms:.4f}" if tuned_ms is not None else "-", rule,
+                rule_ms, alternatives[fastest] if fastest is not None else "-",
+                f"{choices_ms:.4f}" if choices_ms is not None else "-")
     return {"name": name, "device": device.name, "target": str(target),
             "trials": len(records), "tuned_ms": tuned_ms, "rule_ms": rule_ms, "rule": rule,
-            "rules_version": RULES_VERSION}
+            "choices": alternatives[fastest] if fastest is not None else {},
+            "choices_ms": choices_ms, "rules_version": RULES_VERSION}
 
 
 __all__ = ["KernelChoice", "TuningDatabase", "TuningSummary", "tune_kernels"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...layers import OP_KINDS_ATTR
+from ..choices import choose
 
 MIN_PARALLEL_EXTENT = 2
 # below this many loop iterations a block runs faster on one core than through the thread pool
@@ -144,8 +145,9 @@ def packed_tile(channel_blocks: int, width: int, accumulators: int, registers: i
     options = [(c, w) for c in range(1, min(channel_blocks, 4) + 1) if channel_blocks % c == 0
                for w in range(1, min(width, accumulators) + 1) if width % w == 0
                and c * w <= accumulators and fits(c, w)]
-    return min(options, key=lambda cw: (cw[0] * cw[1] < MIN_ACCUMULATORS,
-                                        (cw[0] + cw[1]) / (cw[0] * cw[1]), -cw[0] * cw[1]))
+    return choose("register-tile", sorted(
+        options, key=lambda cw: (cw[0] * cw[1] < MIN_ACCUMULATORS,
+                                 (cw[0] + cw[1]) / (cw[0] * cw[1]), -cw[0] * cw[1])))
 
 
 def direct_conv_weight(func, block, group_lanes: int | None = None) -> int | None:
@@ -320,8 +322,9 @@ def prologue_per_task(sch, block_rv, parallel_loop, target) -> bool:
     except s_tir.ScheduleError:
         return False
     dtype_bytes = sch.get(block_rv).writes[0].source.dtype.bits // 8
-    if iterations(trial, loops_under(trial, block_rv, parallel_loop)) * dtype_bytes \
-            > cpu_traits(target).l1_bytes:
+    fits = iterations(trial, loops_under(trial, block_rv, parallel_loop)) * dtype_bytes \
+        <= cpu_traits(target).l1_bytes
+    if not choose("pad-per-task", [fits, not fits]):
         return False
     sch.compute_at(block_rv, parallel_loop)
     return True

@@ -3,6 +3,7 @@ channel blocks x output columns, each a contiguous vector; epilogue per tile."""
 
 from __future__ import annotations
 
+from ..choices import choose
 from ..rule import Rule
 from .base import (PACKED_ACCUMULATORS, blocked_conv_start, cpu_traits, epilogue_at,
                    finish_register_tile, iterations, loop_extent, packed_tile, vector_lanes)
@@ -54,8 +55,9 @@ class BlockedNCHWc(Rule):
         x_outer, x_inner = sch.split(x, [None, columns])
         window = loop_extent(sch, ry) * loop_extent(sch, rx)
         traits = cpu_traits(target)
-        if window > 1 and traits.registers <= REDUCTION_BLOCK_REGISTERS \
-                and vectors * lanes * iterations(sch, [rc, ry, rx, rl]) * 4 > traits.l1_bytes:
+        rows_per_block = traits.registers <= REDUCTION_BLOCK_REGISTERS \
+            and vectors * lanes * iterations(sch, [rc, ry, rx, rl]) * 4 > traits.l1_bytes
+        if window > 1 and choose("rows-per-channel-block", [rows_per_block, not rows_per_block]):
             # the row's tiles inside each input channel block: the block's weights stay in L1
             sch.reorder(n, f_outer, y, rc, x_outer, ry, rx, rl, f_vectors, x_inner, lane)
             *tile, tile_lane = epilogue_at(sch, tail[-1], y)  # blocks, columns; lanes

@@ -5,6 +5,7 @@ block's channels; the window unrolled; epilogue per tile."""
 from __future__ import annotations
 
 from ...ops.conv2d_nchwc import DEPTHWISE_BLOCK
+from ..choices import choose
 from ..rule import Rule
 from .base import (blocked_conv_start, epilogue_at, finish_register_tile, loop_extent,
                    vector_lanes)
@@ -51,7 +52,10 @@ class DepthwiseNCHWc(Rule):
         sch, conv, prologue, tail = started
         registers = vector_lanes(target)[1]
         n, f, y, x, lane, ry, rx = sch.get_loops(conv)
-        rows, columns = depthwise_tile(loop_extent(sch, y), loop_extent(sch, x), registers // 2)
+        # tuning's alternatives: a quarter, three quarters, an eighth of the registers
+        rows, columns = choose("depthwise-tile", list(dict.fromkeys(
+            depthwise_tile(loop_extent(sch, y), loop_extent(sch, x), registers * share // 8)
+            for share in (4, 2, 6, 1))))
         y_outer, y_inner = sch.split(y, [None, rows])
         x_outer, x_inner = sch.split(x, [None, columns])
         sch.reorder(n, f, y_outer, x_outer, ry, rx, y_inner, x_inner, lane)

@@ -4,6 +4,7 @@ window unrolled so each loaded input row serves every output row it reaches; epi
 
 from __future__ import annotations
 
+from ..choices import choose
 from ..rule import Rule
 from .base import (epilogue_at, inline_identity_copies, largest_divisor, loop_extent,
                    schedule_one_reduction, prologue_per_task, vector_lanes)
@@ -95,7 +96,8 @@ class DepthwiseRows(Rule):
         n, f, y, x, rc, ry, rx = sch.get_loops(conv)
         width = loop_extent(sch, x)
         columns = width if width <= 2 * lanes else largest_divisor(width, 2 * lanes)
-        rows = largest_divisor(loop_extent(sch, y), DEPTHWISE_ROWS)
+        rows = largest_divisor(loop_extent(sch, y), choose(
+            "depthwise-rows", [DEPTHWISE_ROWS, DEPTHWISE_ROWS // 2, 2 * DEPTHWISE_ROWS]))
         y_outer, y_inner = sch.split(y, [None, rows])
         x_outer, x_inner = sch.split(x, [None, columns])
         sch.reorder(n, f, y_outer, x_outer, rc, ry, rx, y_inner, x_inner)

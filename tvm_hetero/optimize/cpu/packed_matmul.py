@@ -5,6 +5,7 @@ target's vector registers; rows padded to the tile; epilogue per tile with fast 
 from __future__ import annotations
 
 from ...layers import kernel_kind
+from ..choices import choose
 from ..rule import Rule
 from .base import (accumulate_in_registers, cpu_traits, epilogue_at, inline_identity_copies,
                    largest_divisor, loop_extent, one_reduction, schedule_one_reduction)
@@ -51,7 +52,7 @@ def matmul_tile(rows: int, vectors: int, registers: int,
         work = padded / (rows * vectors) * (1 + LOAD_WEIGHT * (r + c) / (r * c))
         return round(work, 9), padded, -c, -r * c
 
-    return min(options, key=cost)
+    return choose("matmul-tile", sorted(options, key=cost))
 
 
 def reduction_block(rows: int, reduced: int, tile_rows: int, tile_vectors: int, lanes: int,
@@ -63,7 +64,11 @@ def reduction_block(rows: int, reduced: int, tile_rows: int, tile_vectors: int, 
     if rows > MEMORY_BOUND_ROWS or -(-rows // tile_rows) < 2:
         return None
     block = largest_divisor(reduced, max(1, l2_bytes // 4 // (tile_vectors * lanes * 4)))
-    return block if block < reduced else None
+    if block >= reduced:
+        return None
+    # tuning's alternatives: blocks for an eighth of the L2, no blocks
+    half = largest_divisor(reduced, max(1, l2_bytes // 8 // (tile_vectors * lanes * 4)))
+    return choose("reduction-block", list(dict.fromkeys([block, half, None])))
 
 
 def _weight_operand(func, block, reduction_var, lane_var):

@@ -4,6 +4,7 @@ along the pixels (contiguous output and residual); register tiles of channels x 
 from __future__ import annotations
 
 from ...layers import kernel_kind
+from ..choices import choose
 from ..rule import Rule
 from .base import (PACKED_ACCUMULATORS, accumulate_in_registers, cpu_traits, direct_conv,
                    tile_registers)
@@ -26,7 +27,8 @@ def pixel_tile(out_channels: int, pixel_vectors: int, in_channels: int, lanes: i
                and in_channels * v * lanes * 4 <= panel_bytes]
     if not options:
         return None
-    return min(options, key=lambda rv: ((rv[0] + rv[1]) / (rv[0] * rv[1]), -rv[0] * rv[1]))
+    return choose("pixel-tile", sorted(
+        options, key=lambda rv: ((rv[0] + rv[1]) / (rv[0] * rv[1]), -rv[0] * rv[1])))
 
 
 class PixelLanes1x1(Rule):

@@ -5,6 +5,7 @@ partials added last."""
 from __future__ import annotations
 
 from ...layers import kernel_kind
+from ..choices import choose
 from ..rule import Rule
 from .base import largest_divisor, loop_extent, walks_contiguously
 
@@ -62,7 +63,9 @@ class SplitKGemv(Rule):
         if loop_extent(sch, output) is None or loop_extent(sch, reduced) is None \
                 or not walks_contiguously(block, block.iter_vars[0].var):
             return None  # an [output, reduction] weight: dlight's GEMV rule fits that one
-        slices = largest_divisor(loop_extent(sch, reduced), GEMV_SLICES)
+        slices = choose("gemv-slices", list(dict.fromkeys(
+            largest_divisor(loop_extent(sch, reduced), count)
+            for count in (GEMV_SLICES, 2 * GEMV_SLICES, GEMV_SLICES // 2, 4 * GEMV_SLICES))))
         if slices < 2 or loop_extent(sch, output) * loop_extent(sch, reduced) < GEMV_MIN_WEIGHTS:
             return None
         slice_loop, _ = sch.split(reduced, [slices, None])

@@ -4,6 +4,7 @@ reduction; epilogue computed per tile; parallel tiles."""
 from __future__ import annotations
 
 from ...layers import kernel_kind
+from ..choices import choose
 from ..rule import Rule
 from .base import (cpu_traits, epilogue_at, is_reduction_iter, largest_divisor, loop_extent,
                    one_reduction, prologue_per_task, walks_contiguously)
@@ -113,6 +114,9 @@ class Tiled(Rule):
         if any(str(getattr(param.ty, "dtype", "")) == "bfloat16" for param in func.params):
             return None  # TVM 0.27's LLVM codegen cannot store a bfloat16 vector accumulator
         target_rows, target_lanes = tiled_tile(target)
+        if self.rows is None:  # tuning's alternatives: a half, a quarter of the rows
+            target_rows = choose("tiled-rows", list(dict.fromkeys(
+                max(1, target_rows // share) for share in (1, 2, 4))))
         rows, lanes, cols = self.rows or target_rows, self.lanes or target_lanes, self.cols
         if kernel_kind(func) == "matmul":
             func = _padded_to_tiles(func, rows, lanes)
@@ -141,8 +145,10 @@ class Tiled(Rule):
         convolution = kernel_kind(func) == "conv2d"
         row_inner = col_inner = None
         if len(spatial) == 1:
+            vectors = choose("matvec-vectors", [MATVEC_VECTORS, MATVEC_VECTORS // 2,
+                                                2 * MATVEC_VECTORS])
             lane_outer, lane_inner = sch.split(lane_loop, [None, largest_divisor(
-                loop_extent(sch, lane_loop), MATVEC_VECTORS * lanes)])
+                loop_extent(sch, lane_loop), vectors * lanes)])
             outer = []
         else:
             row_axis = len(spatial) - (3 if convolution and len(spatial) >= 3 else 2)
