@@ -55,6 +55,10 @@ RUNNER_TIMEOUT_S = 60
 # A tuned kernel and the rules' kernel are timed alternately this many times, the best of each
 # compared.
 COMPARE_ROUNDS = 5
+# A variant of the rule's choices is taken when it runs in at most this share of the rule's
+# time: identical code reads up to 2-3 % apart in those rounds, and a variant is no gain unless
+# it is faster than that.
+CHOICES_MARGIN = 0.97
 
 
 def _workload(func, target):
@@ -108,14 +112,17 @@ class KernelChoice:
     @property
     def use_choices(self) -> bool:
         """Whether builds take the rule with its measured choices (a variant faster than
-        the rule's picks and than MetaSchedule's schedule)."""
+        the rule's picks, by more than the timing noise `CHOICES_MARGIN`, and than
+        MetaSchedule's schedule)."""
         return bool(self.choices) and self.choices_ms is not None \
-            and self.choices_ms < self.rule_ms and not self.use_tuned
+            and self.choices_ms < CHOICES_MARGIN * self.rule_ms and not self.use_tuned
 
     @property
     def best_ms(self) -> float:
         """The time of what builds use."""
-        return min(t for t in (self.rule_ms, self.tuned_ms, self.choices_ms) if t is not None)
+        if self.use_tuned:
+            return self.tuned_ms
+        return self.choices_ms if self.use_choices else self.rule_ms
 
 
 @dataclass
