@@ -32,8 +32,8 @@ def test_inspect_table_and_json(capsys):
     assert data["model"] == "resnet" and data["inputs"][0]["shape"] == [1, 3, 32, 32]
     layer = {l["name"]: l for l in data["layers"]}["conv2d_2"]
     assert set(layer) >= {"name", "kind", "flops", "param_bytes", "predecessors"}
-    assert layer["kind"] == "conv2d"  # the residual: conv2d_0's output, blocked
-    assert set(layer["predecessors"]) == {"te_layout_transform_0", "conv2d_1"}
+    assert layer["kind"] == "conv2d"  # the residual: conv2d_0's output, written blocked
+    assert set(layer["predecessors"]) == {"conv2d_0", "conv2d_1"}
 
 
 def test_compile_then_run_end_to_end(tmp_path, capsys):
@@ -253,7 +253,8 @@ def test_inspect_follows_the_devices_preparation(capsys):
                 if len(layer["outputs"][0]) == 5}  # NCHW[x]c outputs
 
     haswell = '{"kind": "llvm", "mcpu": "haswell"}'
-    assert block_widths("-d", haswell) == {8}
+    assert block_widths("-d", haswell) == {3, 8}  # 3: the image's channels, one block
+    assert block_widths("-d", "cpu-generic") == {3, 4}
     assert block_widths() == block_widths("-d", "cpu")
 
 

@@ -42,11 +42,14 @@ def test_layer_configuration_numbers():
 
 def test_residual_and_concat_form_a_dag():
     layers = {l.name: l for l in th.extract_layers(zoo("resnet").mod)}
-    # the first residual block: conv2d_2 adds the block input (conv2d_0's output, in the
-    # blocked layout) to its own
+    # the first residual block: conv2d_2 adds the block input (conv2d_0's output, which the
+    # stem writes in the blocked layout) to its own
     assert layers["conv2d_2"].op_kinds == ["conv2d", "add", "add", "relu"]
-    assert set(layers["conv2d_2"].predecessors) == {"conv2d_1", "te_layout_transform_0"}
-    assert layers["te_layout_transform_0"].predecessors == ["conv2d_0"]
+    assert set(layers["conv2d_2"].predecessors) == {"conv2d_1", "conv2d_0"}
+    # the stem reads the image's 3 channels as one block
+    assert layers["conv2d_0"].predecessors == ["te_layout_transform_0"]
+    assert layers["te_layout_transform_0"].model_inputs == ["input"]
+    assert layers["te_layout_transform_0"].outputs[0].shape == (1, 1, 32, 32, 3)
     # the two 1x1 branches joined by Concat are one convolution (see the test below)
     assert layers["conv2d_8"].predecessors == ["conv2d_7"]
     assert layers["mean_0"].predecessors == ["conv2d_8"]
@@ -283,8 +286,10 @@ def test_inference_dropout_is_dropped_and_the_convolution_blocked():
                                             ["te_layout_transform"]]
     squeezenet = th.extract_layers(light("squeezenet"))
     assert not any("dropout" in op for l in squeezenet for op in l.op_kinds)
-    # all its convolutions but the RGB one run blocked (the 1000-class one padded to 1008)
-    assert sum(len(l.outputs[0].shape) == 5 for l in squeezenet if l.kind == "conv2d") == 25
+    # all its convolutions run blocked (the RGB one reads its 3 channels as one block, the
+    # 1000-class one is padded to 1008)
+    assert all(len(l.outputs[0].shape) == 5 for l in squeezenet if l.kind == "conv2d")
+    assert sum(l.kind == "conv2d" for l in squeezenet) == 26
 
 
 def _conv_module(layout: str, weight: np.ndarray, out_layout: str | None = None):
@@ -346,11 +351,12 @@ def test_3x3_convolutions_run_as_winograd_and_match_onnxruntime(cpu_devices):
     model = zoo("vgg")
     mod = layered_module(model)
     convs = [l for l in th.extract_layers(model) if l.kind == "conv2d"]
-    # the RGB convolution stays direct and NCHW (3 channels are no vector); the 16- and
-    # 32-channel ones are Winograd, blocked, with no layout change between them
+    # the RGB convolution stays direct (3 channels are no vector: read as one block of 3) and
+    # writes the blocked layout; the 16- and 32-channel ones are Winograd, blocked, with no
+    # layout change between them
     assert [is_winograd(mod[l.func_name]) for l in convs] == [False, True, True, True]
     assert [l.outputs[0].shape for l in convs] == [
-        (1, 16, 32, 32), (1, 1, 32, 32, 16), (1, 2, 16, 16, 16), (1, 2, 16, 16, 16)]
+        (1, 1, 32, 32, 16), (1, 1, 32, 32, 16), (1, 2, 16, 16, 16), (1, 2, 16, 16, 16)]
     # their parameters: the transformed weights, 6 x 6 x C x K floats, and the bias
     assert [l.param_bytes for l in convs[1:]] == [
         4 * (36 * 16 * 16 + 16), 4 * (36 * 16 * 32 + 32), 4 * (36 * 32 * 32 + 32)]
@@ -361,7 +367,8 @@ def test_3x3_convolutions_run_as_winograd_and_match_onnxruntime(cpu_devices):
         compiled = th.build(model, "all:cpu", cpu_devices, optimize=optimize)
         assert max_relative_error(compiled.run(inputs), expected) < 1e-5
     compiled = th.build(model, "all:cpu", cpu_devices)
-    assert [compiled.stats.rules[l.func_name] for l in convs] == ["tiled"] + ["winograd"] * 3
+    assert [compiled.stats.rules[l.func_name] for l in convs] == \
+        ["blocked-nchwc"] + ["winograd"] * 3
 
 
 def test_winograd_takes_3x3_stride_1_convolutions_with_enough_tiles_and_small_weights():

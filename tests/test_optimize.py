@@ -129,10 +129,10 @@ def test_direct_and_grouped_convolutions_get_packed_weights_or_the_blocked_layou
     matmuls = [k for k in rules if k.startswith("fused_matmul")]
     assert len(convs) == 5 and len(matmuls) == 3  # the dense layers: [K, N] weights, batch 1
     # AlexNet's second, fourth and fifth convolutions have two groups of whole channel
-    # vectors: packed-weights; of its direct ones the RGB one is NCHW packed-weights too, the
-    # third (256 -> 384) blocked
-    assert [rules[k] for k in convs].count("packed-weights") == 4, rules
-    assert [rules[k] for k in convs].count("blocked-nchwc") == 1, rules
+    # vectors: packed-weights; its direct ones blocked (the RGB one reads its 3 channels as
+    # one block and writes 16-channel blocks, the third is 256 -> 384)
+    assert [rules[k] for k in convs].count("packed-weights") == 3, rules
+    assert [rules[k] for k in convs].count("blocked-nchwc") == 2, rules
     # 9216 -> 4096 and 4096 -> 4096 (144 and 64 MB) in weight panels; 4096 -> 1000 (ragged
     # columns, one row) split along its reduction
     assert sorted(rules[k] for k in matmuls) == ["packed-matmul", "packed-matmul",
@@ -145,7 +145,7 @@ def test_packed_weights_are_repacked_constants_in_the_built_module(cpu_devices):
     from tvm_hetero.layers import layered_module, main_bindings
     from tvm_hetero.optimize.cpu import PACKED_WEIGHTS_ATTR
 
-    model = light("squeezenet")
+    model = light("bvlc_alexnet")
     target = cpu_devices["cpu"].tvm_target()
     annotated = th.AnnotateDevice(th.Placement.all_on(th.extract_layers(model), "cpu"),
                                   th.DeviceSet([cpu_devices["cpu"]]))(layered_module(model))
@@ -153,15 +153,16 @@ def test_packed_weights_are_repacked_constants_in_the_built_module(cpu_devices):
         scheduled = optimize.OptimizeLayers()(annotated)
     packed = {gv.name_hint: func.attrs[PACKED_WEIGHTS_ATTR] for gv, func in
               scheduled.functions_items() if isinstance(func, tvm.tirx.PrimFunc)
-              and func.attrs is not None and PACKED_WEIGHTS_ATTR in func.attrs}
-    # SqueezeNet's NCHW convolution (the RGB one; the others run blocked)
-    assert len(packed) == 1
+              and func.attrs is not None and PACKED_WEIGHTS_ATTR in func.attrs
+              and kernel_kind(func) == "conv2d"}  # (not packed-matmul's weight panels)
+    # AlexNet's three grouped convolutions (its direct ones run blocked)
+    assert len(packed) == 3
     weights = [arg for binding in main_bindings(scheduled)
                if isinstance(binding.value, tvm.relax.Call) and len(binding.value.args) > 1
                and isinstance(binding.value.args[0], tvm.ir.GlobalVar)
                and binding.value.args[0].name_hint in packed
                for arg in binding.value.args[1].fields[1:2]]
-    assert len(weights) == 1  # one per call, all repacked at build time
+    assert len(weights) == 3  # one per call, all repacked at build time
     assert all(isinstance(w, tvm.ir.GenericConst) and len(w.ty.shape) == 5 for w in weights)
     assert not any(gv.name_hint.startswith("pack_weight") for gv, _ in
                    scheduled.functions_items())
@@ -275,7 +276,7 @@ def test_resnet50s_blocked_convolutions_take_the_blocked_rule(cpu_devices):
     rules = _built_all_on_cpu("resnet50", cpu_devices).stats.rules
     blocked = {layer.func_name for layer in layers if layer.kind == "conv2d"
                and len(layer.outputs[0].shape) == 5}
-    assert len(blocked) == 23  # 52 calls: every convolution but the RGB one
+    assert len(blocked) == 24  # 53 calls: every convolution (the RGB one reads one block)
     # the stride-1 3x3 ones at 56x56 (64 channels) and 28x28 (128) are Winograd; the deeper
     # ones have too few tiles for their weights (see tests/test_layers.py)
     winograd = {name for name in blocked if rules[name] == "winograd"}
@@ -283,11 +284,10 @@ def test_resnet50s_blocked_convolutions_take_the_blocked_rule(cpu_devices):
         == [(1, 4, 56, 56, 16)] * 3 + [(1, 8, 28, 28, 16)] * 3
     assert {name for name, rule in rules.items() if rule == "blocked-nchwc"} \
         == blocked - winograd
-    convs = {layer.func_name for layer in layers if layer.kind == "conv2d"}
-    assert [rules[name] for name in convs - blocked] == ["packed-weights"]
-    # one transform into the layout (read by both branches of the first block), one out
+    assert {layer.func_name for layer in layers if layer.kind == "conv2d"} == blocked
+    # one transform into the layout (the image's 3 channels as one block), one out
     transforms = [layer for layer in layers if layer.op_kinds == ["te_layout_transform"]]
-    assert [layer.outputs[0].shape for layer in transforms] == [(1, 4, 56, 56, 16),
+    assert [layer.outputs[0].shape for layer in transforms] == [(1, 1, 224, 224, 3),
                                                                 (1, 2048, 1, 1)]
 
 
@@ -303,11 +303,36 @@ def test_the_blocked_rule_declines_nchw_convolutions(cpu_devices):
     assert BlockedNCHWc().apply(func, cpu_devices["cpu"].tvm_target()) is None
 
 
-def test_a_short_window_reduction_is_packed_only_where_tiled_lanes_would_be_ragged(cpu_devices):
-    first_conv = "fused_conv2d_add_relu"  # 3x3 over RGB: 27 multiply-adds per output
-    assert _built_all_on_cpu("squeezenet", cpu_devices).stats.rules[first_conv] \
-        == "packed-weights"  # 111 columns: the tiled rule would get 3 lanes
-    assert th.build(zoo("cnn"), "all:cpu", cpu_devices).stats.rules[first_conv] == "tiled"
+def _rgb_conv(size: int):
+    """SqueezeNet's first convolution: 3 -> 64 channels, 3x3, stride 2, on size x size."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(0).standard_normal((64, 3, 3, 3)).astype("float32")
+    out = (size - 3) // 2 + 1
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2])], "rgb_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, out, out])],
+        [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return th.load_model(model, name=f"rgb_conv{size}")
+
+
+def test_a_short_window_reduction_is_packed_only_where_tiled_lanes_would_be_ragged(
+        cpu_devices, monkeypatch):
+    from dataclasses import replace
+
+    from tvm_hetero.prepare import PrepareConfig
+
+    # NCHW (the blocked layout off): 3x3 over RGB, 27 multiply-adds per output
+    for_devices = PrepareConfig.for_devices.__func__
+    monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
+        lambda cls, devs, **more: replace(for_devices(cls, devs, **more),
+                                          blocked_layout=False)))
+    rules = th.build(_rgb_conv(224), "all:cpu", cpu_devices).stats.rules
+    assert list(rules.values()) == ["packed-weights"]  # 111 columns: tiled would get 3 lanes
+    rules = th.build(_rgb_conv(65), "all:cpu", cpu_devices).stats.rules
+    assert list(rules.values()) == ["tiled"]  # 32 columns: whole vectors
 
 
 def _max_pool_17_wide():
@@ -527,15 +552,15 @@ def test_small_convolutions_pad_their_input_per_parallel_task(cpu_devices):
         assert {rule for rule, _ in found.values()} == {"tiled", "packed-weights"}
         assert all(loops == 1 for _, loops in found.values()), found
         found = _padded_convolutions(zoo(name), target)
-        # (the zoo ResNet's strided 3x3 one is blocked, and small enough to pad per task)
-        assert {rule for rule, _ in found.values()} == {
-            "vgg": {"tiled", "winograd"}, "resnet": {"tiled", "winograd", "blocked-nchwc"}}[name]
+        # (the RGB convolution and the zoo ResNet's strided 3x3 one are blocked, and small
+        # enough to pad per task)
+        assert {rule for rule, _ in found.values()} == {"winograd", "blocked-nchwc"}
         assert all(loops == 1 for _, loops in found.values()), found
-    # ResNet-50's blocked ones would pad 45-55 KB per task: padded first, in a loop of its own
+    # ResNet-50's blocked ones would pad 45-55 KB per task: padded first, in a loop of its own;
+    # its RGB one (3 channels, one block) pads per task
     found = _padded_convolutions(light("resnet50"), target)
-    blocked = [loops for rule, loops in found.values() if rule == "blocked-nchwc"]
-    assert blocked and all(loops == 2 for loops in blocked)
-    assert [loops for rule, loops in found.values() if rule == "packed-weights"] == [1]
+    blocked = sorted(loops for rule, loops in found.values() if rule == "blocked-nchwc")
+    assert len(blocked) > 2 and blocked[0] == 1 and set(blocked[1:]) == {2}
 
 
 def test_a_winograd_kernel_is_one_parallel_loop_with_its_epilogue_inlined(cpu_devices):
@@ -549,8 +574,8 @@ def test_a_winograd_kernel_is_one_parallel_loop_with_its_epilogue_inlined(cpu_de
     kernels = {gv.name_hint: func for gv, func in mod.functions_items()
                if isinstance(func, tvm.tirx.PrimFunc) and is_winograd(func)}
     # the 3x3 stride-1 convolutions, two with a residual add
-    assert sorted(kernels) == ["fused_conv2d1_add1_add2_relu1", "fused_conv2d1_add1_relu1",
-                               "fused_conv2d3_add3_add4_relu2", "fused_conv2d3_add3_relu2"]
+    assert sorted(kernels) == ["fused_conv2d1_add_add1_relu", "fused_conv2d1_add_relu",
+                               "fused_conv2d3_add2_add3_relu1", "fused_conv2d3_add2_relu1"]
     for func in kernels.values():
         scheduled, rule = optimize.optimize_function(func.with_attr("target", target), target)
         assert rule == "winograd"
@@ -560,7 +585,7 @@ def test_a_winograd_kernel_is_one_parallel_loop_with_its_epilogue_inlined(cpu_de
         assert not re.search(r'T\.sblock\("T_(add|relu)', text)
         assert re.search(r"T\.vectorized\((T\.int64\()?16", text)
     # a direct convolution is not the rule's
-    direct = mod["fused_conv2d2_add3_relu2"]
+    direct = mod["fused_conv2d2_add2_relu1"]
     assert not is_winograd(direct) and Winograd().apply(direct, target) is None
 
 
@@ -572,10 +597,13 @@ def test_a_layout_transform_is_copied_row_by_row_in_parallel(cpu_devices):
     model = zoo("resnet")
     rules = th.build(model, "all:cpu", cpu_devices).stats.rules
     assert rules["te_layout_transform"] == rules["te_layout_transform1"] == "layout-copies"
-    # into NCHW16c: [1, 16, 32, 32] -> [1, 1, 32, 32, 16]; contiguous reads along the columns
-    text = LayoutCopies().apply(layered_module(model)["te_layout_transform"], target).script()
-    assert "T.parallel(T.int64(512))" in text and "T.vectorized(T.int64(32))" in text
-    # the parallel loop runs over output rows first (row = fused // 16): each task writes whole
+    # ResNet-50's image into NCHW3c: [1, 3, 224, 224] -> [1, 1, 224, 224, 3]; contiguous
+    # reads along the columns
+    text = LayoutCopies().apply(layered_module(light("resnet50"))["te_layout_transform"],
+                                target).script()
+    assert "T.parallel(T.int64(672))" in text and "T.vectorized(T.int64(224))" in text
+    # the parallel loop runs over output rows first (row = fused // 3): each task writes whole
     # rows, not alternate parts of the same cache lines
-    assert re.search(r"v_i1 = T\.axis\.spatial\(T\.int64\(32\), \w+ // T\.int64\(16\)\)", text)
+    assert re.search(r"v_i1 = T\.axis\.spatial\(T\.int64\(224\), \w+ // T\.int64\(3\)\)",
+                     text)
     assert LayoutCopies().apply(layered_module(model)["fused_conv2d_add_relu"], target) is None

@@ -638,3 +638,36 @@ def test_a_temporal_conv_net_builds_with_the_2d_rules_and_is_right(target, lanes
     inputs = model.random_inputs(seed=0)
     want = _run_legalized(mod, [inputs[spec.name] for spec in model.inputs])
     assert max_relative_error(compiled.run(inputs), want) < 1e-5
+
+
+@pytest.mark.parametrize("target, lanes", [(AVX2, 8), (ZNVER4, 16)])
+def test_a_stem_convolution_reads_its_few_channels_as_one_block_and_writes_blocked(
+        target, lanes, monkeypatch):
+    # an image's 3 channels: the input as NCHW3c (a transform of the small input), the
+    # output blocked (no transform of the larger output before the next convolution)
+    from tvm_hetero.testing import max_relative_error
+
+    params = [("x", (1, 3, 32, 32))]
+
+    def body(bb, x):
+        y = bb.emit(relax.op.nn.relu(_conv(x, _weights(16, 3, 3, 3), strides=2, padding=1)))
+        return _conv(y, _weights(16, 16, 3, 3, seed=1), padding=1)
+
+    before = _module(params, body)
+    after = _blocked_and_right(before, params, transforms=2)
+    assert _conv_attrs(after)[0] == ("NCHW3c", [1, 1, 16, 16, 16])
+    for_devices = PrepareConfig.for_devices.__func__  # the blocked layout from 0 FLOPs
+    monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
+        lambda cls, devs, **more: replace(for_devices(cls, devs, **more),
+                                          blocked_min_model_flops=0)))
+    model = th.load_model(before, name="stem")
+    devices = _devices(target)
+    layers = th.extract_layers(model, PrepareConfig.for_devices(devices))
+    stem = [layer for layer in layers if layer.kind == "conv2d"][0]
+    assert stem.inputs[0].shape == (1, 1, 32, 32, 3)
+    assert stem.outputs[0].shape == (1, 16 // lanes, 16, 16, lanes)
+    compiled = th.build(model, "all:d0", devices)
+    assert compiled.stats.rules[stem.func_name] == "blocked-nchwc"
+    inputs = model.random_inputs(seed=0)
+    want = _run_legalized(before, [inputs[spec.name] for spec in model.inputs])
+    assert max_relative_error(compiled.run(inputs), want) < 1e-5

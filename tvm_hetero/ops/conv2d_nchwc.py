@@ -13,6 +13,12 @@ def layouts(lanes: int) -> tuple[str, str]:
     return f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o"
 
 
+def stem_layouts(in_channels: int, lanes: int) -> tuple[str, str, str]:
+    """``(data, weight, output layout)`` of a convolution whose `in_channels` (fewer than
+    `lanes`) are one block: ``NCHW{in}c``, ``OIHW{in}i{lanes}o``, ``NCHW{lanes}c``."""
+    return f"NCHW{in_channels}c", f"OIHW{in_channels}i{lanes}o", f"NCHW{lanes}c"
+
+
 def _padded_window(data, height, width, window_h, window_w, strides, padding, dilation):
     """The blocked input padded (rows and columns), the output rows and columns, the strides
     and the dilations of a windowed convolution in NCHW[x]c."""

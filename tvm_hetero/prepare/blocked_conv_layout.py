@@ -132,6 +132,25 @@ def depthwise_beside_blocked(mod, lanes: int) -> list:
             and (from_dense(b.value.args[0]) or to_dense(b.var))]
 
 
+def stem_channels(call, lanes: int) -> int | None:
+    """The input channels of a float32 NCHW convolution (groups 1) with fewer input channels
+    than `lanes` (an image's 3) and output channels a multiple of `lanes`, else None: such a
+    convolution reads its input as one block of all its channels (``NCHW[C]c``, a cheap
+    transform of a small input) and writes the blocked layout, instead of writing NCHW for a
+    transform of its larger output."""
+    attrs, data, weight = call.attrs, call.args[0].ty, call.args[1].ty
+    if int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" \
+            or str(attrs.kernel_layout) != "OIHW" or str(attrs.out_layout) != "NCHW" \
+            or data.shape is None or weight.shape is None or str(weight.dtype) != "float32" \
+            or str(data.dtype) != "float32":
+        return None
+    try:
+        out_channels, in_channels = int(weight.shape[0]), int(weight.shape[1])
+    except TypeError:  # symbolic dimensions
+        return None
+    return in_channels if in_channels < lanes and out_channels % lanes == 0 else None
+
+
 def _conv_calls(mod) -> list:
     return [binding.value for binding in main_bindings(mod)
             if isinstance(binding.value, relax.Call)
@@ -171,6 +190,9 @@ class BlockedConvLayout:
         attrs, lanes = call.attrs, self.config.block_lanes
         if any(call.args[1].same_as(weight) for weight in self._depthwise):
             return {"relax.nn.conv2d": list(conv2d_nchwc.depthwise_layouts(lanes))}
+        stem = stem_channels(call, lanes)
+        if stem is not None:  # the input's few channels one block, the output blocked
+            return {"relax.nn.conv2d": list(conv2d_nchwc.stem_layouts(stem, lanes))}
         if not is_blockable_dense(call, lanes):
             return {"relax.nn.conv2d": [str(attrs.data_layout), str(attrs.kernel_layout)]}
         return {"relax.nn.conv2d": list(conv2d_nchwc.layouts(lanes))}

@@ -54,8 +54,10 @@ def conv2d_legalizer(config: PrepareConfig):
             return bb.call_te(conv2d_nchwc.depthwise_conv2d_nchwc, call.args[0], call.args[1],
                               attrs.strides, attrs.padding, attrs.dilation,
                               primfunc_name_hint="conv2d")
-        if not (data_block and kernel_block and out == data and int(attrs.groups) == 1
-                and kernel_block.group(1) == data_block.group(1)):
+        out_block = re.fullmatch(r"NCHW(\d+)c", out)
+        if not (data_block and kernel_block and out_block and int(attrs.groups) == 1
+                and kernel_block.group(1) == data_block.group(1)
+                and kernel_block.group(2) == out_block.group(1)):
             raise ModelError(f"conv2d with layouts {data}/{kernel}/{out} (groups {attrs.groups})"
                              f" is not supported: NCHW, NHWC or NCHW[x]c with OIHW[x]i[y]o "
                              f"(depthwise: OIHW1i[x]o)")
