@@ -193,7 +193,7 @@ def test_kernels_tuned_before_newer_rules_are_compared_again_not_tuned_again(tun
     unmeasured = data["kernels"][f"{int(first[0]):x}"]["name"]
     sent = []
     monkeypatch.setattr(tuning, "_run_metaschedule",
-                        lambda kernels, *args: sent.extend(name for name, _, _ in kernels))
+                        lambda kernels, *args: sent.extend(name for name, _, _ in kernels) or 0)
     again = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=12,
                          database=str(copy))
     assert again.tuned == 3 and again.reused == 0
@@ -254,7 +254,7 @@ def test_winograd_kernels_keep_their_rule_and_are_not_tuned(tmp_path, monkeypatc
 
     sent, compared = [], []  # what would go to MetaSchedule, what would be timed
     monkeypatch.setattr(tuning, "_run_metaschedule",
-                        lambda kernels, *args: sent.extend(name for name, _, _ in kernels))
+                        lambda kernels, *args: sent.extend(name for name, _, _ in kernels) or 0)
 
     def fake_compare(db, name, func, calls, device, target):
         compared.append(name)
@@ -300,7 +300,7 @@ def test_a_kernel_share_tunes_only_the_heaviest_kernels_heaviest_first(tmp_path,
     monkeypatch.setattr(tuning, "kernel_for", lambda func, device: (func, func))
     monkeypatch.setattr(tuning, "time_kernel", fake_time)
     monkeypatch.setattr(tuning, "_run_metaschedule",
-                        lambda kernels, *args: sent.append([name for name, _, _ in kernels]))
+                        lambda kernels, *args: sent.append([name for name, _, _ in kernels]) or 0)
     monkeypatch.setattr(tuning, "_compare", fake_compare)
     devices = th.DeviceSet.parse(["cpu"])
     summary = tune_kernels(model, "all:cpu", devices, trials=8, database=str(tmp_path),
@@ -336,7 +336,7 @@ def test_kernels_measured_before_are_compared_again_outside_the_share(tmp_path, 
     monkeypatch.setattr(tuning, "kernel_for", lambda func, device: (func, func))
     monkeypatch.setattr(tuning, "time_kernel", lambda lib, *_, **__: rule_ms[name_of(lib)])
     monkeypatch.setattr(tuning, "_run_metaschedule",
-                        lambda kernels, *args: sent.append([name for name, _, _ in kernels]))
+                        lambda kernels, *args: sent.append([name for name, _, _ in kernels]) or 0)
 
     def fake_compare(db, name, *args):
         compared.append(name)
@@ -407,7 +407,7 @@ def test_kernels_of_a_tune_stopped_before_measuring_them_are_tuned_again(tmp_pat
         db.ms_database.commit_workload(_workload(mod[mod.get_global_var(name)], target))
     sent = []
     monkeypatch.setattr(tuning, "_run_metaschedule",
-                        lambda kernels, *args: sent.extend(name for name, _, _ in kernels))
+                        lambda kernels, *args: sent.extend(name for name, _, _ in kernels) or 0)
     monkeypatch.setattr(tuning, "_compare", lambda db, name, func, calls, device, target: {
         "name": name, "device": device.name, "target": str(target), "trials": 0,
         "tuned_ms": None, "rule_ms": 1.0, "rule": "tiled", "rules_version": RULES_VERSION})
@@ -437,3 +437,53 @@ def test_the_pooled_builder_keeps_its_workers_across_batches():
     finally:
         builder.shutdown()
     assert builder.pools_started == 2  # batches 1-2 on the first workers, 3 on fresh ones
+
+
+def _embedding_model():
+    """int64 token ids -> Gather from a [64, 16] table -> MatMul [16, 32]: the frontend guards
+    the ids with an index-check kernel written already scheduled."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0),
+         helper.make_node("MatMul", ["rows", "w"], ["out"])], "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 32])],
+        [numpy_helper.from_array(rng.standard_normal((64, 16)).astype("float32"), "table"),
+         numpy_helper.from_array(rng.standard_normal((16, 32)).astype("float32"), "w")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(proto)
+    return th.load_model(proto, name="embedding")
+
+
+def test_kernels_written_scheduled_are_not_tuned_and_unsearchable_ones_keep_their_rule(
+        tmp_path, monkeypatch):
+    from tvm_hetero.layers import layered_module
+    from tvm_hetero.optimize import RULES_VERSION, tuning
+
+    model = _embedding_model()
+    mod = layered_module(model)
+    funcs = {layer.func_name: mod[mod.get_global_var(layer.func_name)]
+             for layer in th.extract_layers(model)}
+    guards = {name for name, func in funcs.items() if tuning.is_scheduled(func)}
+    assert len(guards) == 1
+    # MetaSchedule's design space generation raises on the index check: alone, it would fail
+    # the whole tune; left out, nothing is tuned and MetaSchedule is not started
+    target = th.DeviceSet.parse(["cpu"])["cpu"].tvm_target()
+    (guard,) = guards
+    assert tuning._run_metaschedule([(guard, funcs[guard], 1)], target, 8, 8, 0,
+                                    TuningDatabase(tmp_path / "alone"), 2) == 1
+    sent, compared = [], []
+    monkeypatch.setattr(tuning, "_run_metaschedule",
+                        lambda kernels, *args: sent.extend(name for name, _, _ in kernels) or 0)
+    monkeypatch.setattr(tuning, "_compare", lambda db, name, func, calls, device, target: (
+        compared.append(name) or {"name": name, "device": device.name, "target": str(target),
+                                  "trials": 0, "tuned_ms": None, "rule_ms": 1.0, "rule": "tiled",
+                                  "rules_version": RULES_VERSION}))
+    summary = tune_kernels(model, "all:cpu", th.DeviceSet.parse(["cpu"]), trials=8,
+                           database=str(tmp_path / "db"))
+    assert summary.as_written == 1
+    assert sorted(sent) == sorted(compared) == sorted(set(funcs) - guards)

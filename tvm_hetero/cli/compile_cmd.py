@@ -57,6 +57,7 @@ def run(args) -> int:
         kept = "".join(f", {count} {what} kept their rule" for count, what in (
             (tuning.kept_rule, "Winograd kernels"),
             (tuning.symbolic, "kernels with shapes known only at run time"),
+            (tuning.unsearchable, "kernels MetaSchedule cannot search"),
             (tuning.left_to_rules, "light kernels (--tune-share)")) if count)
         print(f"tuning: {tuning.tuned} kernels tuned, {tuning.reused} reused from "
               f"{args.tuning_db}{kept}; {faster} of {len(tuning.choices)} faster than the rules "

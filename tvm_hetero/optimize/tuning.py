@@ -135,6 +135,8 @@ class TuningSummary:
     tuned: int = 0
     kept_rule: int = 0  # Winograd kernels: MetaSchedule's search does not reach their rule
     symbolic: int = 0  # kernels whose shapes depend on input values: they keep their rule
+    as_written: int = 0  # kernels written already scheduled (index checks): kept as written
+    unsearchable: int = 0  # kernels MetaSchedule cannot search: their rule's choices measured
     left_to_rules: int = 0  # light kernels outside `kernel_share`: not tuned this run
     seconds: float = 0.0
 
@@ -252,6 +254,12 @@ def _current(choice: dict | None) -> dict | None:
     return choice if choice and choice.get("rules_version") == RULES_VERSION else None
 
 
+def is_scheduled(func) -> bool:
+    """Whether a kernel was written already scheduled (``tir.is_scheduled``: the frontend's
+    index checks), which no rule and no tuning touches."""
+    return func.attrs is not None and bool(func.attrs.get("tir.is_scheduled", False))
+
+
 def has_symbolic_shape(func) -> bool:
     """Whether a kernel has a dimension only known at run time (an output of NonZero, Unique,
     Compress ...): a buffer with a symbolic extent or a dimension passed in as a scalar."""
@@ -363,6 +371,12 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
                         "values", name, device_name)
         summary.symbolic += len(symbolic)
         kernels = [kernel for kernel in kernels if not has_symbolic_shape(kernel[1])]
+        # written already scheduled (the frontend's index checks): no rule, nothing to tune
+        written = [kernel for kernel in kernels if is_scheduled(kernel[1])]
+        for name, _, _ in written:
+            logger.info("kernel %s on %s is kept as written, not tuned", name, device_name)
+        summary.as_written += len(written)
+        kernels = [kernel for kernel in kernels if not is_scheduled(kernel[1])]
         todo = [(name, func, calls) for name, func, calls in kernels
                 if not db.has(func, target)]
         summary.reused += len(kernels) - len(todo)
@@ -393,8 +407,9 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
         if untuned:
             if progress:
                 progress(f"tuning {len(untuned)} kernels on {device_name} ({trials} trials)")
-            _run_metaschedule(untuned, target, trials, trials_per_iter, seed, db,
-                              device.target.get("num-cores"))
+            summary.unsearchable += _run_metaschedule(
+                untuned, target, trials, trials_per_iter, seed, db,
+                device.target.get("num-cores"))
         for name, func, calls in todo:
             db.choices[_key(_workload(func, target))] = _compare(db, name, func, calls,
                                                                  device, target)
@@ -411,21 +426,34 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
     return summary
 
 
-def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_cores):
+def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_cores) -> int:
+    """Tune `kernels` together; returns how many MetaSchedule could not search (its design
+    space generation raised on them: they are left out, logged, and keep their rule)."""
     from tvm.s_tir import meta_schedule as ms
 
     from .builder_pool import PooledBuilder
 
     cores = num_cores or host_num_cores()
-    contexts = [ms.TuneContext(mod=_workload(func, target), target=target,
-                               space_generator="post-order-apply",
-                               search_strategy="evolutionary", task_name=name,
-                               rand_state=seed + index, num_threads=cores).clone()
-                for index, (name, func, _) in enumerate(kernels)]
+    contexts, weights = [], []
+    for index, (name, func, calls) in enumerate(kernels):
+        context = ms.TuneContext(mod=_workload(func, target), target=target,
+                                 space_generator="post-order-apply",
+                                 search_strategy="evolutionary", task_name=name,
+                                 rand_state=seed + index, num_threads=cores).clone()
+        try:  # one kernel MetaSchedule cannot search would fail every kernel's tune
+            context.space_generator.generate_design_space(context.mod)
+        except Exception as err:  # noqa: BLE001 (MetaSchedule raises TVMError/RuntimeError)
+            logger.warning("MetaSchedule cannot search kernel %s (it keeps its rule): %s",
+                           name, error_message(err).splitlines()[-1].strip())
+            continue
+        contexts.append(context)
+        weights.append(float(calls))
+    if not contexts:
+        return len(kernels)
     builder = PooledBuilder(max_workers=cores, timeout_sec=BUILDER_TIMEOUT_S)
     try:
         ms.tune_tasks(
-            tasks=contexts, task_weights=[float(calls) for _, _, calls in kernels],
+            tasks=contexts, task_weights=weights,
             work_dir=db.path, max_trials_global=trials,
             num_trials_per_iter=min(trials_per_iter, trials),
             builder=builder,
@@ -436,6 +464,7 @@ def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_co
         raise BuildError(f"MetaSchedule tuning failed: {error_message(err)}") from err
     finally:
         builder.shutdown()
+    return len(kernels) - len(contexts)
 
 
 def _compare(db, name, func, calls, device, target) -> dict:
