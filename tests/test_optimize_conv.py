@@ -90,6 +90,17 @@ def test_depthwise_nchwc_schedules_blocked_depthwise_convolutions_right(
     assert scheduled_and_checked(func, target) == "depthwise-nchwc"
 
 
+@pytest.mark.parametrize("height, width, tile", [
+    (112, 112, (1, 4)), (28, 28, (1, 4)), (14, 14, (2, 2)),
+    (7, 7, (1, 7)),  # 4 accumulators would be 1 x 1 on a prime width: 1 x 7
+    (1, 3, (1, 3)),  # a row smaller than the tile: all of it
+])
+def test_a_depthwise_tile_holds_about_four_accumulators(height, width, tile):
+    from tvm_hetero.optimize.cpu.depthwise_nchwc import small_depthwise_tile
+
+    assert small_depthwise_tile(height, width) == tile
+
+
 def test_depthwise_nchwc_pads_per_task_in_whole_vectors_and_declines_other_blocks():
     from tvm import s_tir, tirx
 
