@@ -29,6 +29,24 @@ def cpu_devices():
     return th.DeviceSet.parse(["cpu", "cpu-generic"])
 
 
+
+@pytest.fixture
+def prepare_for_devices(monkeypatch):
+    """``prepare_for_devices(**fields)``: every ``PrepareConfig.for_devices`` in the test (the
+    preparation builds and layer extraction take for a device set) then sets those fields,
+    e.g. ``blocked_min_model_flops=0`` for the blocked layout on a small model."""
+    from dataclasses import replace
+
+    from tvm_hetero.prepare import PrepareConfig
+
+    def override(**fields):
+        for_devices = PrepareConfig.for_devices.__func__
+        monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
+            lambda cls, devices, **more: replace(for_devices(cls, devices, **more), **fields)))
+
+    return override
+
+
 _MODELS = {}
 
 

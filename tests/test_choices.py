@@ -1,7 +1,6 @@
 """The rules' ranked choices: what tuning may measure besides the heuristic's pick."""
 
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -93,11 +92,8 @@ def _mixed_model():
 
 
 @pytest.mark.parametrize("target", [ZNVER4, AVX2], ids=["znver4", "haswell"])
-def test_every_option_of_every_choice_builds_right_code(target, monkeypatch):
-    for_devices = PrepareConfig.for_devices.__func__  # the blocked layout from 0 FLOPs
-    monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
-        lambda cls, devs, **more: replace(for_devices(cls, devs, **more),
-                                          blocked_min_model_flops=0)))
+def test_every_option_of_every_choice_builds_right_code(target, prepare_for_devices):
+    prepare_for_devices(blocked_min_model_flops=0)  # the blocked layout from 0 FLOPs
     model = _mixed_model()
     devices = th.DeviceSet.parse([f"d0={json.dumps(target)}"])
     inputs = model.random_inputs(seed=0)

@@ -3,7 +3,6 @@ the pixels padded to whole vectors (``tvm_hetero.ops.grouped_conv1x1``) and the
 ``grouped-pixels-1x1`` rule that schedules it, checked against TVM's own grouped convolution."""
 
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -74,11 +73,8 @@ def test_grouped_1x1_convolutions_run_per_group_and_match_tvms_grouped_convoluti
                                atol=1e-4 * np.abs(want).max())
 
 
-def test_grouped_pixels_off_leaves_tvms_grouped_convolution(monkeypatch):
-    for_devices = PrepareConfig.for_devices.__func__
-    monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
-        lambda cls, devs, **more: replace(for_devices(cls, devs, **more),
-                                          grouped_pixels=False)))
+def test_grouped_pixels_off_leaves_tvms_grouped_convolution(prepare_for_devices):
+    prepare_for_devices(grouped_pixels=False)
     model = th.load_model(_shuffle_unit(136, 14, 4), name="shuffle")
     devices = th.DeviceSet.parse([f"d0={json.dumps(ZNVER4)}"])
     compiled = th.build(model, "all:d0", devices)

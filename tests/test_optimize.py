@@ -319,16 +319,9 @@ def _rgb_conv(size: int):
 
 
 def test_a_short_window_reduction_is_packed_only_where_tiled_lanes_would_be_ragged(
-        cpu_devices, monkeypatch):
-    from dataclasses import replace
-
-    from tvm_hetero.prepare import PrepareConfig
-
+        cpu_devices, prepare_for_devices):
     # NCHW (the blocked layout off): 3x3 over RGB, 27 multiply-adds per output
-    for_devices = PrepareConfig.for_devices.__func__
-    monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
-        lambda cls, devs, **more: replace(for_devices(cls, devs, **more),
-                                          blocked_layout=False)))
+    prepare_for_devices(blocked_layout=False)
     rules = th.build(_rgb_conv(224), "all:cpu", cpu_devices).stats.rules
     assert list(rules.values()) == ["packed-weights"]  # 111 columns: tiled would get 3 lanes
     rules = th.build(_rgb_conv(65), "all:cpu", cpu_devices).stats.rules

@@ -508,13 +508,10 @@ def test_the_conv2d_legalizer_writes_the_blocked_depthwise_convolution():
 
 @pytest.mark.parametrize("target, lanes", [(ZNVER4, 16), (AVX2, 8)])
 def test_a_blocked_depthwise_model_builds_with_depthwise_nchwc_and_is_right(target, lanes,
-                                                                           monkeypatch):
+                                                                           prepare_for_devices):
     from tvm_hetero.testing import max_relative_error
 
-    for_devices = PrepareConfig.for_devices.__func__  # the blocked layout from 0 FLOPs
-    monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
-        lambda cls, devs, **more: replace(for_devices(cls, devs, **more),
-                                          blocked_min_model_flops=0)))
+    prepare_for_devices(blocked_min_model_flops=0)  # the blocked layout from 0 FLOPs
     model = th.load_model(_module([("x", (1, 32, 28, 28))], _inverted_residual), name="ir")
     devices = _devices(target)
     layers = th.extract_layers(model, PrepareConfig.for_devices(devices))
@@ -607,14 +604,11 @@ def test_the_graph_phase_runs_conv1d_as_conv2d_unless_configured_off():
 @pytest.mark.parametrize("target, lanes, blocked", [(AVX2, 8, True), (ZNVER4, 16, True),
                                                      (ZNVER4, 16, False)])
 def test_a_temporal_conv_net_builds_with_the_2d_rules_and_is_right(target, lanes, blocked,
-                                                                   monkeypatch):
+                                                                   prepare_for_devices):
     from tvm_hetero.testing import max_relative_error
 
     if blocked:  # the blocked layout from 0 FLOPs
-        for_devices = PrepareConfig.for_devices.__func__
-        monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
-            lambda cls, devs, **more: replace(for_devices(cls, devs, **more),
-                                              blocked_min_model_flops=0)))
+        prepare_for_devices(blocked_min_model_flops=0)
 
     def tcn(bb, x):
         y = bb.emit(relax.op.nn.conv1d(x, relax.const(_weights(16, 16, 3)), padding=[2, 2],
@@ -642,7 +636,7 @@ def test_a_temporal_conv_net_builds_with_the_2d_rules_and_is_right(target, lanes
 
 @pytest.mark.parametrize("target, lanes", [(AVX2, 8), (ZNVER4, 16)])
 def test_a_stem_convolution_reads_its_few_channels_as_one_block_and_writes_blocked(
-        target, lanes, monkeypatch):
+        target, lanes, prepare_for_devices):
     # an image's 3 channels: the input as NCHW3c (a transform of the small input), the
     # output blocked (no transform of the larger output before the next convolution)
     from tvm_hetero.testing import max_relative_error
@@ -656,10 +650,7 @@ def test_a_stem_convolution_reads_its_few_channels_as_one_block_and_writes_block
     before = _module(params, body)
     after = _blocked_and_right(before, params, transforms=2)
     assert _conv_attrs(after)[0] == ("NCHW3c", [1, 1, 16, 16, 16])
-    for_devices = PrepareConfig.for_devices.__func__  # the blocked layout from 0 FLOPs
-    monkeypatch.setattr(PrepareConfig, "for_devices", classmethod(
-        lambda cls, devs, **more: replace(for_devices(cls, devs, **more),
-                                          blocked_min_model_flops=0)))
+    prepare_for_devices(blocked_min_model_flops=0)  # the blocked layout from 0 FLOPs
     model = th.load_model(before, name="stem")
     devices = _devices(target)
     layers = th.extract_layers(model, PrepareConfig.for_devices(devices))
