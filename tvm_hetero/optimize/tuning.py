@@ -7,14 +7,13 @@ table's rules, on that device, alone, on the same random arguments. The rule's o
 choices (:mod:`tvm_hetero.optimize.choices`: its register tile, its reduction blocks, where
 padding runs) are measured there too, each alternative to the heuristic's pick; the fastest
 of the rule, its alternatives and MetaSchedule's schedule is what a build uses. The
-MetaSchedule database
-(``database_workload.json``, ``database_tuning_record.json``) and those comparisons
-(``choices.json``) live in one directory: a later run reuses every kernel already there
-instead of tuning it again, and :func:`tvm_hetero.build` with ``tuning_db=DIR`` schedules a
-kernel by its tuned schedule (or the rule with its measured choices) only where that one
-measured faster than the rule as it stands. Comparisons
-made against older default rules (``optimize.RULES_VERSION``) are not used: the kernel is
-compared again (and tuned again only when the MetaSchedule database has no record of it).
+MetaSchedule database (``database_workload.json``, ``database_tuning_record.json``) and those
+comparisons (``choices.json``) live in one directory: a later run reuses every kernel already
+there instead of tuning it again, and :func:`tvm_hetero.build` with ``tuning_db=DIR``
+schedules a kernel by its tuned schedule (or the rule with its measured choices) only where
+that one measured faster than the rule as it stands. Comparisons made against older default
+rules (``optimize.RULES_VERSION``) are not used: the kernel is compared again (and tuned
+again only when the MetaSchedule database has no record of it).
 
 With ``kernel_share`` below 1 only the heaviest kernels (by their time under the rules times
 their calls) are tuned; kernels whose shapes depend on input values keep their rule.

@@ -58,9 +58,10 @@ class DepthwiseNCHWc(Rule):
         every multiply-add is one whole vector of `lanes` channels (any stride, any row width:
         NCHW's rows of 7 or 14 pixels at stride 2 gave half-empty or gathered vectors). A
         register tile of output rows x columns (`small_depthwise_tile`: about
-        `DEPTHWISE_ACCUMULATORS` vectors) accumulates over the unrolled window; with stride 1 the tile's loads
-        of one input vector are one load (LLVM's value numbering), and each window position's
-        weight vector is loaded once per tile. Tasks: batch x channel blocks x row tiles.
+        `DEPTHWISE_ACCUMULATORS` vectors) accumulates over the unrolled window; with stride 1
+        the tile's loads of one input vector are one load (LLVM's value numbering), and each
+        window position's weight vector is loaded once per tile. Tasks: batch x channel
+        blocks x row tiles.
         The epilogue (bias, Clip, HardSwish, SiLU) runs per tile on whole vectors; real padding
         per task. Returns None for other kernels (other layouts, blocks that are not one
         vector of the target).
