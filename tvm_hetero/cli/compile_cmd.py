@@ -25,9 +25,9 @@ def register(subparsers) -> None:
     parser.add_argument("--save-placement", metavar="PATH",
                         help="also write the placement used as JSON (default: not written)")
     parser.add_argument("--tune-trials", type=int, default=0, metavar="N",
-                        help="MetaSchedule trials per device for the placement's kernels "
-                             "(default: 0, the optimization table's rules only); needs "
-                             "--tuning-db")
+                        help="MetaSchedule trials per device for the placement's kernels, "
+                             "whose rules' own alternatives are timed too (default: 0, the "
+                             "optimization table's rules only); needs --tuning-db")
     parser.add_argument("--tuning-db", metavar="DIR",
                         help="tuning database directory: kernels tuned there are reused, new "
                              "ones tuned into it; a kernel takes its tuned schedule only where "
