@@ -6,9 +6,14 @@ imports ``tvm.s_tir.tensor_intrin``: about 40 s on 2 cores, against well under a
 build one candidate. With 16 candidates a batch, that import was most of a trial's cost. This
 builder keeps its workers for `batches_per_pool` batches, then starts fresh ones (the leak
 stays bounded), and builds each candidate as ``LocalBuilder`` does (its worker function).
+Its workers, and the tuning process, import the intrinsics through
+`import_tensor_intrinsics`, which makes that import itself about 4x faster.
 """
 
 from __future__ import annotations
+
+import inspect
+import os
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
@@ -17,6 +22,24 @@ from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 #: batches built by one set of workers before fresh ones are started
 BATCHES_PER_POOL = 8
+
+
+def import_tensor_intrinsics() -> None:
+    """Import ``tvm.s_tir.tensor_intrin`` (which every MetaSchedule ``TuneContext`` and
+    build worker needs) in about a quarter of the time: 22.7 s -> 5.1 s on this project's
+    2-core machine, more in a process that has loaded many modules.
+
+    Each of its ~250 TVMScript functions calls ``inspect.stack()``, which asks
+    ``inspect.getmodule`` for every frame's module. The import's own frames come from the
+    frozen ``importlib._bootstrap`` files, which no module's ``__file__`` names, so every such
+    call rescans all of ``sys.modules``. Recording those two files under their modules in
+    ``inspect``'s file cache (what a scan would record if frozen modules had files) answers
+    the calls at once. Hand-written: no TVM or library option does this.
+    """
+    for module in ("importlib._bootstrap", "importlib._bootstrap_external"):
+        path = os.path.normcase(os.path.abspath(f"<frozen {module}>"))
+        inspect.modulesbyfile.setdefault(path, module)
+    import tvm.s_tir.tensor_intrin  # noqa: F401 (registers the intrinsics)
 
 
 @derived_object
@@ -48,7 +71,8 @@ class PooledBuilder(PyBuilder):
             self.shutdown()
         if self.pool is None:
             self.pool = PopenPoolExecutor(max_workers=self.max_workers,
-                                          timeout=self.timeout_sec)
+                                          timeout=self.timeout_sec,
+                                          initializer=import_tensor_intrinsics)
             self.batches = 0
             self.pools_started += 1
         self.batches += 1
@@ -75,4 +99,4 @@ class PooledBuilder(PyBuilder):
             self.pool = None
 
 
-__all__ = ["BATCHES_PER_POOL", "PooledBuilder"]
+__all__ = ["BATCHES_PER_POOL", "PooledBuilder", "import_tensor_intrinsics"]

@@ -430,8 +430,9 @@ def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_co
     space generation raised on them: they are left out, logged, and keep their rule)."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .builder_pool import PooledBuilder
+    from .builder_pool import PooledBuilder, import_tensor_intrinsics
 
+    import_tensor_intrinsics()  # before TuneContext imports them the slow way
     cores = num_cores or host_num_cores()
     contexts, weights = [], []
     for index, (name, func, calls) in enumerate(kernels):
