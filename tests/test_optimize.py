@@ -20,8 +20,10 @@ def fresh_table():
     optimize.reset_table()
 
 
+# light:resnet50 (40 s) is slow: the default run has the zoo's resnet and resnet50's rules
 @pytest.mark.parametrize("name", ["mlp", "cnn", "vgg", "resnet", "transformer",
-                                  "light:bvlc_alexnet", "light:squeezenet", "light:resnet50"])
+                                  "light:bvlc_alexnet", "light:squeezenet",
+                                  pytest.param("light:resnet50", marks=pytest.mark.slow)])
 def test_rules_match_the_unoptimized_build(name, cpu_devices):
     model = light(name[6:]) if name.startswith("light:") else zoo(name)
     layers = th.extract_layers(model)
