@@ -31,7 +31,7 @@ setup(
         "matplotlib>=3.7",
     ],
     extras_require={
-        "test": ["pytest>=8", "onnxruntime>=1.18", "hypothesis>=6"],
+        "test": ["pytest>=8", "pytest-xdist>=3", "onnxruntime>=1.18", "hypothesis>=6"],
         "torch": ["torch==2.13.0"],
     },
     entry_points={"console_scripts": ["tvm-hetero=tvm_hetero.cli.main:main"]},

@@ -48,6 +48,7 @@ def test_build_run_verify_record_and_resume(task, tmp_path):
     assert [r.median_ms for r in again] == [r.median_ms for r in results[:3]]
 
 
+@pytest.mark.serial  # which candidate is slower is measured
 def test_slow_candidates_are_screened_with_one_timed_call(task):
     builds = LocalBuilder(n_parallel=1, timeout_s=300).build(
         task, [th.Placement.all_on(task.layers, "cpu"), alternating(task)])
@@ -77,6 +78,7 @@ def test_memory_cap_is_recorded_without_building(tmp_path):
     assert builder.built == []
 
 
+@pytest.mark.serial  # a run must outlast its timeout
 def test_build_timeout_and_run_timeout_are_results(task):
     (slow_build,) = LocalBuilder(n_parallel=1, timeout_s=0.2).build(task, [alternating(task)])
     assert slow_build.error == ErrorKind.BUILD_TIMEOUT

@@ -204,6 +204,8 @@ def test_kernels_tuned_before_newer_rules_are_compared_again_not_tuned_again(tun
 
 
 def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path, monkeypatch):
+    import tvm_ffi
+
     from tvm_hetero.optimize import tuning
 
     path, _ = tuned_db
@@ -214,27 +216,38 @@ def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path
     seen = []
 
     def fake_time(lib, func, device, **_):
-        kind = next((kind for kind, libs in built.items()
-                     if any(lib is built_lib for built_lib in libs)), "tuned")
+        kind = next((kind for kind, funcs in scheduled.items()
+                     if any(func.same_as(done) for done in funcs)), "tuned")
         seen.append(kind)
         rounds = (seen.count(kind) - 1) % tuning.COMPARE_ROUNDS  # this kernel's rounds
         fast = {"rule": 2.0, "tuned": 1.0, "variant": 3.0}[kind] - 0.01 * (rounds % slow_from)
         return fast * (3.0 if rounds >= slow_from else 1.0)
 
-    built = {"rule": [], "variant": []}  # kernel_for's libraries: the rule's, its variants'
-    real_kernel_for = tuning.kernel_for
+    scheduled = {"rule": [], "variant": []}  # schedule_kernel's functions, by whose they are
+    real_schedule_kernel = tuning.schedule_kernel
 
-    def recording_kernel_for(*args, **kwargs):
+    def recording_schedule_kernel(*args, **kwargs):
         from tvm_hetero.optimize.choices import active
 
-        lib, func = real_kernel_for(*args, **kwargs)
-        built["variant" if active() is not None and active().fixed else "rule"].append(lib)
-        return lib, func
+        mod = real_schedule_kernel(*args, **kwargs)
+        kind = "variant" if active() is not None and active().fixed else "rule"
+        scheduled[kind].append(mod["main"])
+        return mod
+
+    built = []  # what was compiled: never the same code twice
+    real_build_kernel = tuning.build_kernel
+
+    def recording_build_kernel(mod, device):
+        built.append(tvm_ffi.structural_hash(mod["main"]))
+        return real_build_kernel(mod, device)
 
     monkeypatch.setattr(tuning, "time_kernel", fake_time)
-    monkeypatch.setattr(tuning, "kernel_for", recording_kernel_for)
+    monkeypatch.setattr(tuning, "schedule_kernel", recording_schedule_kernel)
+    monkeypatch.setattr(tuning, "build_kernel", recording_build_kernel)
     summary = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=12,
                            database=str(copy))
+    # a variant that left the code as the rule wrote it was scheduled, not compiled
+    assert len(set(built)) == len(built) < len(scheduled["rule"]) + len(scheduled["variant"])
     tuned = [c for c in summary.choices if c.tuned_ms is not None]
     assert tuned and summary.tuned == len(summary.choices)
     # alternately, not one after the other (the rule's variants in between)

@@ -29,20 +29,33 @@ def _bounds_param(func) -> int | None:
     return int(attrs[BOUNDS_PARAM_ATTR])
 
 
-def kernel_for(func, device: Device, chosen: dict | None = None):
-    """A layer's PrimFunc compiled alone for one device, scheduled by the rules the placed
-    executable's kernels get: ``(library, scheduled PrimFunc)`` (a rule may change the
-    parameters' layout: time the library with the scheduled function's parameters).
-    `chosen` receives ``{"main": rule name}``."""
+def schedule_kernel(func, device: Device, chosen: dict | None = None):
+    """A layer's PrimFunc alone in a module, scheduled by the rules the placed executable's
+    kernels get on `device` (``main``). `chosen` receives ``{"main": rule name}``."""
     import tvm
 
     target = device.tvm_target()
     mod = tvm.IRModule({"main": func.with_attr("target", target)
                         .with_attr("global_symbol", "main")})
     with target:
-        mod = tvm.transform.Sequential(schedule_passes(DeviceSet([device]),
-                                                       chosen=chosen))(mod)
-    return tvm.tirx.build(mod, target=target), mod["main"]
+        return tvm.transform.Sequential(schedule_passes(DeviceSet([device]),
+                                                        chosen=chosen))(mod)
+
+
+def build_kernel(scheduled, device: Device):
+    """The library of a module `schedule_kernel` returned."""
+    import tvm
+
+    return tvm.tirx.build(scheduled, target=device.tvm_target())
+
+
+def kernel_for(func, device: Device, chosen: dict | None = None):
+    """A layer's PrimFunc compiled alone for one device, scheduled by the rules the placed
+    executable's kernels get: ``(library, scheduled PrimFunc)`` (a rule may change the
+    parameters' layout: time the library with the scheduled function's parameters).
+    `chosen` receives ``{"main": rule name}``."""
+    scheduled = schedule_kernel(func, device, chosen)
+    return build_kernel(scheduled, device), scheduled["main"]
 
 
 def time_kernel(lib, func, device: Device, repeat: int = 3, min_repeat_ms: int = 20,
@@ -69,4 +82,4 @@ def time_kernel(lib, func, device: Device, repeat: int = 3, min_repeat_ms: int =
     return float(np.median(timer(*args).results)) * 1e3
 
 
-__all__ = ["kernel_for", "time_kernel"]
+__all__ = ["build_kernel", "kernel_for", "schedule_kernel", "time_kernel"]

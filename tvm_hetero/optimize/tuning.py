@@ -39,7 +39,7 @@ from ..ops.winograd import is_winograd
 from ..prepare import PrepareConfig
 from ..placement import Placement
 from .choices import Choices, variants
-from .kernel import kernel_for, time_kernel
+from .kernel import build_kernel, kernel_for, schedule_kernel, time_kernel
 from .table import RULES_VERSION
 
 logger = logging.getLogger(__name__)
@@ -474,21 +474,22 @@ def _compare(db, name, func, calls, device, target) -> dict:
 
     workload = _workload(func, target)
     records = db.ms_database.get_top_k(db.ms_database.commit_workload(workload), 1 << 30)
-    chosen: dict = {}  # the rule kernel_for's scheduling took
+    chosen: dict = {}  # the rule the scheduling took
     with Choices() as seen:
-        builds = {"rule": kernel_for(func, device, chosen)}
+        scheduled = {"rule": schedule_kernel(func, device, chosen)}
     rule = chosen.get("main")
     alternatives = variants(seen.seen)
-    distinct = {tvm_ffi.structural_hash(builds["rule"][1])}
+    distinct = {tvm_ffi.structural_hash(scheduled["rule"]["main"])}
     for index, fixed in enumerate(alternatives):
         took: dict = {}
         with Choices(fixed):
-            lib, scheduled = kernel_for(func, device, took)
-        code = tvm_ffi.structural_hash(scheduled)
-        # another rule took the kernel, or the choice left the code as it was
+            mod = schedule_kernel(func, device, took)
+        code = tvm_ffi.structural_hash(mod["main"])
+        # another rule took the kernel, or the choice left the code as it was: not built
         if took.get("main") == rule and code not in distinct:
-            builds[index] = lib, scheduled
+            scheduled[index] = mod
             distinct.add(code)
+    builds = {key: (build_kernel(mod, device), mod["main"]) for key, mod in scheduled.items()}
     sch = db.ms_database.query_schedule(workload, target=target, workload_name="main")
     if sch is not None:
         tuned = sch.mod["main"].with_attr("target", target)
