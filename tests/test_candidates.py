@@ -145,3 +145,30 @@ def test_repair_gives_up_when_nothing_fits():
     dset = devices({"a": "50", "b": "50"})
     layers = [layer("L0", 100, 10, 10)]
     assert S.repair(Placement({"L0": "a"}), layers, dset) is None
+
+
+def shared(name, keys, index):
+    """A layer reading the constants `keys` (100 bytes each), as an unrolled recurrent
+    layer's steps read the same weights."""
+    out = layer(name, 100 * len(keys), 10, 10, index=index)
+    out.params = {key: 100 for key in keys}
+    return out
+
+
+def test_a_constant_several_layers_read_is_held_once_per_device():
+    steps = [shared(f"S{i}", ["w", f"b{i}"], i) for i in range(4)]  # one weight, own biases
+    dset = devices({"a": None, "b": None})
+    assert memory_use(steps, Placement.all_on(steps, "a"))["a"].param_bytes == 100 + 4 * 100
+    split = Placement({"S0": "a", "S1": "a", "S2": "b", "S3": "b"})
+    use = memory_use(steps, split)
+    assert use["a"].param_bytes == use["b"].param_bytes == 100 + 2 * 100  # w on each
+    # 500 bytes of constants and a 20-byte peak fit a 520-byte cap, all on one device
+    assert fits(steps, Placement.all_on(steps, "a"), devices({"a": "520"}))
+    assert not fits(steps, Placement.all_on(steps, "a"), devices({"a": "519"}))
+    # the greedy rule counts what a device does not hold yet: all four fit on "small"
+    statuses = [DeviceStatus("big", gflops=1, memory_bytes=100, bandwidth_gbs=10),
+                DeviceStatus("small", gflops=1, memory_bytes=520, bandwidth_gbs=10)]
+    placement = S.greedy(steps, devices({"big": "100", "small": "520"}), statuses, WEIGHTS)
+    assert {placement[step.name] for step in steps} == {"small"}
+    assert S.devices_needed(steps, dset, [DeviceStatus("a", 1, 520, 10),
+                                          DeviceStatus("b", 1, 520, 10)]) == 1

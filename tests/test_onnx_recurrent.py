@@ -141,3 +141,7 @@ def test_the_unrolled_steps_share_one_copy_of_the_weights(op_type):
             todo.extend(getattr(expr, "args", ()))
             todo.extend(getattr(expr, "fields", ()))
     assert 0 < sum(constants.values()) <= 1.25 * weights
+    # and a device holding every step counts them once
+    layers = th.extract_layers(th.load_model(proto))
+    use = th.memory_use(layers, th.Placement.all_on(layers, "cpu"))["cpu"]
+    assert use.param_bytes == sum(constants.values())

@@ -82,6 +82,12 @@ class Layer:
         Names of the model inputs this layer reads.
     index : int
         Position in program order.
+    params : dict of str to int
+        The constants this layer reads, by a key unique in the model (``c0``, ``c1``, ... in
+        program order), with their bytes: layers that read the same constant (an unrolled
+        recurrent layer's weights, tied embeddings) name the same key, and one device holds it
+        once (`distinct_param_bytes`). Empty for a layer built without keys: its
+        `param_bytes` then count as its own.
     """
 
     name: str
@@ -95,6 +101,7 @@ class Layer:
     predecessors: list[str] = field(default_factory=list)
     model_inputs: list[str] = field(default_factory=list)
     index: int = 0
+    params: dict[str, int] = field(default_factory=dict)
 
     @property
     def activation_bytes_in(self) -> int:
@@ -111,6 +118,22 @@ class Layer:
         data["activation_bytes_in"] = self.activation_bytes_in
         data["activation_bytes_out"] = self.activation_bytes_out
         return data
+
+
+def distinct_params(layers) -> dict[str, int]:
+    """The constants `layers` read together, each once: key -> bytes (see ``Layer.params``)."""
+    out: dict[str, int] = {}
+    for layer in layers:
+        if layer.params:
+            out.update(layer.params)
+        elif layer.param_bytes:
+            out[f"{layer.name}/params"] = layer.param_bytes
+    return out
+
+
+def distinct_param_bytes(layers) -> int:
+    """Bytes of the constants `layers` read, a constant read by several of them once."""
+    return sum(distinct_params(layers).values())
 
 
 def _dtype_bytes(dtype: str) -> int:
@@ -449,6 +472,7 @@ def extract_layers(mod, config=None) -> list[Layer]:
     flops_cache: dict[str, float] = {}
     layers: list[Layer] = []
     bounds = upper_bounds(mod)
+    constant_keys: dict[Any, str] = {}  # constant -> its key, in program order
 
     def sources(expr) -> tuple[list[str], list[str]]:
         """(producing layers, model inputs) of the vars an expression reads."""
@@ -468,10 +492,11 @@ def extract_layers(mod, config=None) -> list[Layer]:
         call = binding.value
         gv = call.args[0]
         func = mod[gv]
-        act_inputs, param_bytes = [], 0
+        act_inputs, constants = [], {}
         for arg in call.args[1].fields:
             if isinstance(arg, tvm.ir.GenericConst):
-                param_bytes += sum(t.nbytes for t in _tensor_infos(arg.ty))
+                key = constant_keys.setdefault(arg, f"c{len(constant_keys)}")
+                constants[key] = sum(t.nbytes for t in _tensor_infos(arg.ty))
             else:
                 act_inputs.extend(_tensor_infos(arg.ty, bounds))
         if gv.name_hint not in flops_cache:
@@ -485,8 +510,8 @@ def extract_layers(mod, config=None) -> list[Layer]:
         layers.append(Layer(
             name=name, kind=_layer_kind(func, kinds), op_kinds=kinds, func_name=gv.name_hint,
             inputs=act_inputs, outputs=_tensor_infos(binding.var.ty, bounds),
-            flops=flops_cache[gv.name_hint], param_bytes=param_bytes, predecessors=preds,
-            model_inputs=model_inputs, index=index,
+            flops=flops_cache[gv.name_hint], param_bytes=sum(constants.values()),
+            predecessors=preds, model_inputs=model_inputs, index=index, params=constants,
         ))
         producers[binding.var] = [name]
     if not layers:
@@ -511,7 +536,7 @@ def layers_table(layers: list[Layer]) -> str:
         return "  ".join(cell[:40].ljust(w) for cell, w in zip(row, widths)).rstrip()
 
     total_flops = sum(layer.flops for layer in layers)
-    total_params = sum(layer.param_bytes for layer in layers)
+    total_params = distinct_param_bytes(layers)
     return "\n".join([fmt(rows[0])] + [fmt(r) for r in rows[1:]] + [
         f"{len(layers)} layers, {total_flops / 1e6:.1f} MFLOP, "
         f"{total_params / 2**20:.2f} MiB of parameters"])

@@ -1,7 +1,8 @@
 """Memory needed on each device by a placement, against the devices' caps.
 
-The estimate for a device is the parameter bytes of its layers plus its peak activation: the
-largest (inputs + outputs) of one of its layers. Tensors alive across several layers are not
+The estimate for a device is the parameter bytes of its layers (a constant several of them
+read counted once) plus its peak activation: the largest (inputs + outputs) of one of its
+layers. Tensors alive across several layers are not
 summed: this is a lower bound of the working set, like accelerate's device map, which counts
 weights and one layer's activations. The VM also keeps the model's constant pool on the first
 device of the executable (see docs/design.md); caps do not count that copy.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .devices import DeviceSet
+from .layers import distinct_param_bytes
 from .placement import Placement
 
 
@@ -29,14 +31,15 @@ class MemoryUse:
 
 def memory_use(layers, placement: Placement) -> dict[str, MemoryUse]:
     """Estimated bytes per device used by `placement`."""
-    params: dict[str, int] = {}
+    on: dict[str, list] = {}
     peak: dict[str, int] = {}
     for layer in layers:
         device = placement[layer.name]
-        params[device] = params.get(device, 0) + layer.param_bytes
+        on.setdefault(device, []).append(layer)
         peak[device] = max(peak.get(device, 0),
                            layer.activation_bytes_in + layer.activation_bytes_out)
-    return {device: MemoryUse(params[device], peak[device]) for device in params}
+    return {device: MemoryUse(distinct_param_bytes(held), peak[device])
+            for device, held in on.items()}
 
 
 def over_cap(layers, placement: Placement, devices: DeviceSet) -> list[tuple[str, int, int]]:

@@ -40,7 +40,9 @@ class TaskWeights:
     @classmethod
     def for_layers(cls, layers) -> "TaskWeights":
         flops = sum(layer.flops for layer in layers)
-        params = sum(layer.param_bytes for layer in layers)
+        from .layers import distinct_param_bytes
+
+        params = distinct_param_bytes(layers)
         intensity = flops / max(params, 1)
         compute = intensity / (intensity + INTENSITY_KNEE)
         return cls(compute, (1 - compute) * 2 / 3, (1 - compute) / 3)

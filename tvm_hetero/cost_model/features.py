@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layers import LAYER_KINDS
+from ..layers import LAYER_KINDS, distinct_params
 from ..placement import Placement
 
 FEATURE_VERSION = 1
@@ -59,13 +59,15 @@ class Featurizer:
     def one(self, placement: Placement) -> np.ndarray:
         n = len(self.device_names)
         flops = np.zeros((n, len(LAYER_KINDS)))
-        params, acts, count, profile_ms = (np.zeros(n) for _ in range(4))
+        acts, count, profile_ms = (np.zeros(n) for _ in range(3))
+        params = np.zeros(n)
         copy_bytes, copies = np.zeros((n, n)), np.zeros((n, n))
         seen = set()
+        held: list[dict[str, int]] = [{} for _ in range(n)]
         for layer in self.layers:
             d = self._index[placement[layer.name]]
             flops[d, self._kind[layer.kind]] += layer.flops
-            params[d] += layer.param_bytes
+            held[d].update(distinct_params([layer]))  # a shared constant once per device
             acts[d] += layer.activation_bytes_in + layer.activation_bytes_out
             count[d] += 1
             if self.profile is not None:
@@ -76,6 +78,7 @@ class Featurizer:
                     seen.add((pred, d))
                     copy_bytes[s, d] += self._by_name[pred].activation_bytes_out
                     copies[s, d] += 1
+        params[:] = [sum(constants.values()) for constants in held]
         estimate = self.profile.estimate_ms(self.layers, placement) if self.profile else 0.0
         return np.concatenate([
             np.log1p(flops).ravel(), np.log1p(params), np.log1p(acts), count / len(self.layers),

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..devices import DeviceSet
 from ..errors import HeteroError, PlacementError
+from ..layers import distinct_param_bytes, distinct_params
 from ..memory import fits, memory_use
 from ..placement import Placement
 from ..profiles import Profile
@@ -66,13 +67,21 @@ class _GreedyState:
     params: int = 0
     peak: int = 0
     flops: float = 0.0
+    held: set = field(default_factory=set)  # the keys of the constants it holds
+
+    def new_param_bytes(self, layer) -> int:
+        """The bytes of `layer`'s constants this device does not hold yet."""
+        return sum(size for key, size in distinct_params([layer]).items()
+                   if key not in self.held)
 
     def room_for(self, layer) -> bool:
         activation = layer.activation_bytes_in + layer.activation_bytes_out
-        return self.params + layer.param_bytes + max(self.peak, activation) <= self.cap
+        return self.params + self.new_param_bytes(layer) + max(self.peak, activation) \
+            <= self.cap
 
     def take(self, layer) -> None:
-        self.params += layer.param_bytes
+        self.params += self.new_param_bytes(layer)
+        self.held.update(distinct_params([layer]))
         self.peak = max(self.peak, layer.activation_bytes_in + layer.activation_bytes_out)
         self.flops += layer.flops
 
@@ -138,7 +147,7 @@ def devices_needed(layers, devices: DeviceSet, statuses: list[DeviceStatus]) -> 
     :func:`~tvm_hetero.memory.memory_use` counts one device). A device's capacity is its cap,
     else its memory. All the devices when even they do not hold it."""
     by_name = {s.name: s for s in statuses}
-    need = sum(layer.param_bytes for layer in layers) + max(
+    need = distinct_param_bytes(layers) + max(
         (layer.activation_bytes_in + layer.activation_bytes_out for layer in layers), default=0)
     capacities = [d.memory_cap if d.memory_cap is not None else by_name[d.name].memory_bytes
                   for d in sorted(devices, key=lambda d: -by_name[d.name].score)]
