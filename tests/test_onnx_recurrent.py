@@ -145,3 +145,14 @@ def test_the_unrolled_steps_share_one_copy_of_the_weights(op_type):
     layers = th.extract_layers(th.load_model(proto))
     use = th.memory_use(layers, th.Placement.all_on(layers, "cpu"))["cpu"]
     assert use.param_bytes == sum(constants.values())
+
+
+@pytest.mark.parametrize("op_type, per_step", [("LSTM", 3), ("GRU", 3), ("RNN", 1)])
+def test_a_step_takes_its_input_without_a_kernel_of_its_own(op_type, per_step):
+    """The steps read their rows of the input projection from one split (GRU: its (z, r) and
+    h columns apart): a slice per step was a kernel per step, and GRU's h columns another
+    (12 steps: LSTM 53 -> 42 layers, GRU 65 -> 43, RNN 28 -> 17; the suite's LSTM ran 0.73x
+    the time, its GRU 0.92x)."""
+    proto, _ = recurrent_model(op_type, hidden=16, seq=12)
+    layers = th.extract_layers(th.load_model(proto))
+    assert len(layers) <= per_step * 12 + 8, [layer.name for layer in layers]

@@ -1,14 +1,16 @@
 """ONNX's recurrent layers (LSTM, GRU, RNN), which TVM 0.27's ONNX importer does not convert.
 
 Each layer is unrolled over its (static) sequence: the input projection of every step is one
-matmul over the whole sequence, then each step is a matmul of the hidden state with the
-recurrence weights and the gates' elementwise math, all plain Relax ops that the optimization
-rules schedule like any other. Covered: every direction (forward, reverse, bidirectional), both
-layouts, biases, initial states, peepholes, ``input_forget``, ``clip``, ``linear_before_reset``,
-``sequence_lens`` (steps past a batch entry's length keep its state and output zeros, which is
-also right for the reverse direction: it starts at the entry's last step), and the activation
-functions the spec lists. Checked against the onnx package's 18 recurrent node cases and
-onnxruntime (``tests/test_onnx_recurrent.py``).
+matmul over the whole sequence, split into the steps' rows by one kernel (GRU's (z, r) and h
+columns apart); the recurrence weights are sliced once per direction; then each step is a
+matmul of the hidden state with the recurrence weights and the gates' elementwise math, all
+plain Relax ops that the optimization rules schedule like any other. Covered: every direction
+(forward, reverse, bidirectional), both layouts, biases, initial states, peepholes,
+``input_forget``, ``clip``, ``linear_before_reset``, ``sequence_lens`` (steps past a batch
+entry's length keep its state and output zeros, which is also right for the reverse
+direction: it starts at the entry's last step), and the activation functions the spec lists.
+Checked against the onnx package's 18 recurrent node cases and onnxruntime
+(``tests/test_onnx_recurrent.py``).
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ class _Layer:
         return self.direction(d, value)
 
     def projections(self, d: int):
-        """(the input projection of every step [seq, batch, G*H] with W's bias added,
+        """(the input projection of every step [seq * batch, G*H] with W's bias added,
         R^T [H, G*H], R's bias [G*H] or None)."""
         from tvm import relax
 
@@ -172,15 +174,28 @@ class _Layer:
             projected = projected + relax.op.strided_slice(bias, [0], [0], [gates_h])
             r_bias = self.bb.normalize(relax.op.strided_slice(bias, [0], [gates_h],
                                                               [2 * gates_h]))
-        projected = self.bb.normalize(relax.op.reshape(projected,
-                                                       [self.seq, self.batch, gates_h]))
+        projected = self.bb.normalize(projected)
         r_t = self.bb.normalize(relax.op.permute_dims(self.direction(d, self.r), [1, 0]))
         return projected, r_t, r_bias
 
-    def step_input(self, projected, t: int):
+    def step_inputs(self, projected, columns: list[int] = ()):
+        """Each step's rows [batch, G*H] of the input projection, from one split whose outputs
+        the steps' kernels read (a slice per step was a kernel per step); with `columns`
+        (indices of the gate columns), a tuple per step of those column ranges."""
         from tvm import relax
 
-        return relax.op.squeeze(relax.op.strided_slice(projected, [0], [t], [t + 1]), [0])
+        def by_step(tensor):
+            if self.seq == 1:
+                return [tensor]
+            parts = self.bb.normalize(relax.op.split(tensor, self.seq, axis=0))
+            return [relax.TupleGetItem(parts, t) for t in range(self.seq)]
+
+        if not columns:
+            return by_step(projected)
+        ranges = self.bb.normalize(relax.op.split(projected, list(columns), axis=1))
+        per_range = [by_step(self.bb.normalize(relax.TupleGetItem(ranges, i)))
+                     for i in range(len(columns) + 1)]
+        return list(zip(*per_range))
 
     def clipped(self, x):
         from tvm import relax
@@ -220,6 +235,8 @@ class _Layer:
 
 def _run(op_type, importer, inputs, attrs, step):
     """Unroll every direction with ``step(layer, d, acts, x_t, r_t, r_bias, t, states)``
+    (``x_t``: the step's rows of the input projection, `Layer.step_inputs`; GRU's: its
+    (z, r) and h columns)
     -> (h_out, new states tuple)."""
     from tvm import relax
 
@@ -227,11 +244,13 @@ def _run(op_type, importer, inputs, attrs, step):
     outputs, finals = [], []
     for d in range(layer.directions):
         projected, r_t, r_bias = layer.projections(d)
+        # GRU reads the (z, r) and h gates' inputs in two kernels
+        inputs = layer.step_inputs(projected, [2 * layer.hidden] if op_type == "GRU" else [])
         states = (layer.state("h", d),) + ((layer.state("c", d),) if op_type == "LSTM" else ())
         steps: list = [None] * layer.seq
         order = range(layer.seq - 1, -1, -1) if layer.reverse[d] else range(layer.seq)
         for t in order:
-            x_t = layer.step_input(projected, t)
+            x_t = inputs[t]
             h_new, new_states = step(layer, d, layer.activations[d], x_t, r_t, r_bias, t, states)
             states = tuple(layer.bb.normalize(layer.keep(t, new, old))
                            for new, old in zip(new_states, states))
@@ -314,12 +333,12 @@ def _gru(importer, inputs, attrs, opset):
     def step(layer, d, acts, x_t, r_t, r_bias, t, states):
         f_act, g_act = acts
         (h,) = states
-        hidden = layer.hidden
         r_zr, r_h, b_zr, b_h = parts(layer, d, r_t, r_bias)
         recurrent = relax.op.matmul(h, r_zr)
         if b_zr is not None:
             recurrent = recurrent + b_zr
-        zr = layer.bb.normalize(relax.op.strided_slice(x_t, [1], [0], [2 * hidden]) + recurrent)
+        x_zr, x_h = x_t
+        zr = layer.bb.normalize(x_zr + recurrent)
         z = f_act(layer.clipped(layer.gate(zr, 0)))  # ONNX's gate order: z, r, h
         r = f_act(layer.clipped(layer.gate(zr, 1)))
         if linear_before_reset:
@@ -331,7 +350,7 @@ def _gru(importer, inputs, attrs, opset):
             candidate = relax.op.matmul(r * h, r_h)
             if b_h is not None:
                 candidate = candidate + b_h
-        h_tilde = g_act(layer.clipped(layer.gate(x_t, 2) + candidate))
+        h_tilde = g_act(layer.clipped(x_h + candidate))
         one = relax.const(1.0, layer.dtype)
         h_new = layer.bb.normalize((one - z) * h_tilde + z * h)
         return h_new, (h_new,)
