@@ -2,10 +2,10 @@
 
 The estimate for a device is the parameter bytes of its layers (a constant several of them
 read counted once) plus its peak activation: the largest (inputs + outputs) of one of its
-layers. Tensors alive across several layers are not
-summed: this is a lower bound of the working set, like accelerate's device map, which counts
-weights and one layer's activations. The VM also keeps the model's constant pool on the first
-device of the executable (see docs/design.md); caps do not count that copy.
+layers. Tensors alive across several layers are not summed: this is a lower bound of the
+working set, like accelerate's device map, which counts weights and one layer's activations.
+The VM also keeps the model's constant pool on the first device of the executable (see
+docs/design.md); caps do not count that copy.
 """
 
 from __future__ import annotations
