@@ -90,6 +90,9 @@ ORT_CASES = {
                     initial_state=True)),
     "gru_bidirectional_lengths": ("GRU", dict(direction="bidirectional",
                                               sequence_lens=[5, 6, 0])),
+    # one step: its input is the projection itself, not a split of it
+    "gru_one_step_bidirectional": ("GRU", dict(seq=1, direction="bidirectional",
+                                               sequence_lens=[1, 0, 1])),
     "rnn_relu_lengths": ("RNN", dict(activations=["Relu"], sequence_lens=[6, 0, 3])),
     "rnn_affine_softplus": ("RNN", dict(
         direction="bidirectional", activations=["Affine", "Softplus"], activation_alpha=[0.5],
