@@ -178,6 +178,14 @@ class _Layer:
         r_t = self.bb.normalize(relax.op.permute_dims(self.direction(d, self.r), [1, 0]))
         return projected, r_t, r_bias
 
+    def column_parts(self, tensor, axis: int, columns: list[int]):
+        """`tensor` cut at `columns` along `axis` by one split: a tuple of its parts."""
+        from tvm import relax
+
+        parts = self.bb.normalize(relax.op.split(tensor, list(columns), axis=axis))
+        return tuple(self.bb.normalize(relax.TupleGetItem(parts, i))
+                     for i in range(len(columns) + 1))
+
     def step_inputs(self, projected, columns: list[int] = ()):
         """Each step's rows [batch, G*H] of the input projection, from one split whose outputs
         the steps' kernels read (a slice per step was a kernel per step); with `columns`
@@ -192,10 +200,7 @@ class _Layer:
 
         if not columns:
             return by_step(projected)
-        ranges = self.bb.normalize(relax.op.split(projected, list(columns), axis=1))
-        per_range = [by_step(self.bb.normalize(relax.TupleGetItem(ranges, i)))
-                     for i in range(len(columns) + 1)]
-        return list(zip(*per_range))
+        return list(zip(*(by_step(part) for part in self.column_parts(projected, 1, columns))))
 
     def clipped(self, x):
         from tvm import relax
@@ -233,19 +238,24 @@ class _Layer:
         return results[0] if count == 1 else relax.Tuple(results[:count])
 
 
-def _run(op_type, importer, inputs, attrs, step):
+def _run(op_type, importer, inputs, attrs, step, gate_groups: tuple[int, ...] = ()):
     """Unroll every direction with ``step(layer, d, acts, x_t, r_t, r_bias, t, states)``
-    (``x_t``: the step's rows of the input projection, `Layer.step_inputs`; GRU's: its
-    (z, r) and h columns)
-    -> (h_out, new states tuple)."""
+    (``x_t``: the step's rows of the input projection, `Layer.step_inputs`)
+    -> (h_out, new states tuple). With `gate_groups` (the gates after which to cut: GRU's (2,)
+    reads its (z, r) and h gates in two kernels) ``x_t``, ``r_t`` and ``r_bias`` are tuples of
+    those groups' columns, cut once per direction: a slice per step became a folded copy of
+    the weights per step (the suite's GRU: 96 MB for 4.5 MB of weights)."""
     from tvm import relax
 
     layer = _Layer(op_type, importer, inputs, attrs)
+    columns = [gate * layer.hidden for gate in gate_groups]
     outputs, finals = [], []
     for d in range(layer.directions):
         projected, r_t, r_bias = layer.projections(d)
-        # GRU reads the (z, r) and h gates' inputs in two kernels
-        inputs = layer.step_inputs(projected, [2 * layer.hidden] if op_type == "GRU" else [])
+        inputs = layer.step_inputs(projected, columns)
+        if columns:
+            r_t = layer.column_parts(r_t, 1, columns)
+            r_bias = None if r_bias is None else layer.column_parts(r_bias, 0, columns)
         states = (layer.state("h", d),) + ((layer.state("c", d),) if op_type == "LSTM" else ())
         steps: list = [None] * layer.seq
         order = range(layer.seq - 1, -1, -1) if layer.reverse[d] else range(layer.seq)
@@ -314,30 +324,14 @@ def _gru(importer, inputs, attrs, opset):
     from tvm import relax
 
     linear_before_reset = int(attrs.get("linear_before_reset", 0)) != 0
-    split: dict = {}  # direction -> its weights' and bias' (z, r) and h parts
-
-    def parts(layer, d, r_t, r_bias):
-        """Sliced once per direction: a slice per step became a folded copy of the weights
-        per step (32 steps: 96 MB for 4.5 MB of weights, none of it warm in the cache)."""
-        if d not in split:
-            hidden, bb = layer.hidden, layer.bb
-            split[d] = (
-                bb.normalize(relax.op.strided_slice(r_t, [1], [0], [2 * hidden])),
-                bb.normalize(relax.op.strided_slice(r_t, [1], [2 * hidden], [3 * hidden])),
-                *((None, None) if r_bias is None else (
-                    bb.normalize(relax.op.strided_slice(r_bias, [0], [0], [2 * hidden])),
-                    bb.normalize(relax.op.strided_slice(r_bias, [0], [2 * hidden],
-                                                        [3 * hidden])))))
-        return split[d]
-
     def step(layer, d, acts, x_t, r_t, r_bias, t, states):
         f_act, g_act = acts
         (h,) = states
-        r_zr, r_h, b_zr, b_h = parts(layer, d, r_t, r_bias)
+        (x_zr, x_h), (r_zr, r_h) = x_t, r_t  # the (z, r) and h gates' columns
+        b_zr, b_h = (None, None) if r_bias is None else r_bias
         recurrent = relax.op.matmul(h, r_zr)
         if b_zr is not None:
             recurrent = recurrent + b_zr
-        x_zr, x_h = x_t
         zr = layer.bb.normalize(x_zr + recurrent)
         z = f_act(layer.clipped(layer.gate(zr, 0)))  # ONNX's gate order: z, r, h
         r = f_act(layer.clipped(layer.gate(zr, 1)))
@@ -355,7 +349,7 @@ def _gru(importer, inputs, attrs, opset):
         h_new = layer.bb.normalize((one - z) * h_tilde + z * h)
         return h_new, (h_new,)
 
-    return _run("GRU", importer, inputs, attrs, step)
+    return _run("GRU", importer, inputs, attrs, step, gate_groups=(2,))
 
 
 # onnx node cases test_simple_rnn_*, test_rnn_seq_length (6)
