@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layers import LAYER_KINDS, distinct_params
+from ..layers import LAYER_KINDS
+from ..memory import memory_use
 from ..placement import Placement
 
 FEATURE_VERSION = 1
@@ -60,14 +61,11 @@ class Featurizer:
         n = len(self.device_names)
         flops = np.zeros((n, len(LAYER_KINDS)))
         acts, count, profile_ms = (np.zeros(n) for _ in range(3))
-        params = np.zeros(n)
         copy_bytes, copies = np.zeros((n, n)), np.zeros((n, n))
         seen = set()
-        held: list[dict[str, int]] = [{} for _ in range(n)]
         for layer in self.layers:
             d = self._index[placement[layer.name]]
             flops[d, self._kind[layer.kind]] += layer.flops
-            held[d].update(distinct_params([layer]))  # a shared constant once per device
             acts[d] += layer.activation_bytes_in + layer.activation_bytes_out
             count[d] += 1
             if self.profile is not None:
@@ -78,7 +76,9 @@ class Featurizer:
                     seen.add((pred, d))
                     copy_bytes[s, d] += self._by_name[pred].activation_bytes_out
                     copies[s, d] += 1
-        params[:] = [sum(constants.values()) for constants in held]
+        use = memory_use(self.layers, placement)  # a shared constant once per device
+        params = np.array([use[d].param_bytes if d in use else 0 for d in self.device_names],
+                          dtype=float)
         estimate = self.profile.estimate_ms(self.layers, placement) if self.profile else 0.0
         return np.concatenate([
             np.log1p(flops).ravel(), np.log1p(params), np.log1p(acts), count / len(self.layers),
