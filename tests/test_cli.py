@@ -280,3 +280,32 @@ def test_the_cli_uses_nothing_of_tvm_hetero_but_the_interface():
             elif isinstance(node, ast.Import):
                 used |= {a.name for a in node.names if a.name.startswith("tvm_hetero")}
     assert used == allowed
+
+
+def _pow_gather_model(path):
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Pow", ["x", "three"], ["p"]),
+         helper.make_node("Gather", ["p", "idx"], ["y"], axis=0)], "pow_gather",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 8])],
+        [numpy_helper.from_array(np.array([0, 2, 3], dtype=np.int64), "idx"),
+         numpy_helper.from_array(np.array(3.0, dtype=np.float32), "three")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_tvm_native_warnings_only_under_verbose(tmp_path, capfd, caplog):
+    # TVM's native code writes "Detected pow(x, y) where y >= 3" and "Fast mode segfaults ..."
+    # straight to fd 2 on every build of such a model: noise that belongs under -v
+    _pow_gather_model(tmp_path / "m.onnx")
+    args = ["compile", str(tmp_path / "m.onnx"), "-d", "cpu", "-p", "all:cpu",
+            "-o", str(tmp_path / "m.so")]
+    assert main(args) == 0
+    out, err = capfd.readouterr()
+    assert "wrote" in out and "Detected pow" not in err and "Fast mode" not in err, err
+    with caplog.at_level("INFO", logger="tvm_hetero"):
+        assert main(["-v"] + args) == 0
+    messages = [r.getMessage() for r in caplog.records if r.name == "tvm_hetero._native"]
+    assert any(m.startswith("TVM: Detected pow(x, y) where y >= 3") for m in messages), messages
+    assert any("Fast mode segfaults" in m for m in messages), messages

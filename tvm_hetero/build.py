@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ._native import native_log_to_logging
 from .annotate import WEIGHTS_FUNC, AnnotateDevice, used_devices
 from .devices import DeviceSet, host_target_dict, use_every_cpu_thread
 from .errors import BuildError, DeviceError, InputError, ModelError, error_message
@@ -202,6 +203,7 @@ class BuildStats:
         return self.prepare_s + self.annotate_s + self.lower_s + self.codegen_s
 
 
+@native_log_to_logging()
 def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[str],
           *, extra_passes: Sequence | None = None,
           kernel_cache: KernelCache | None = None, optimize: bool = True,

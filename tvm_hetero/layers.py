@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ._native import native_log_to_logging
 from .errors import ModelError
 
 logger = logging.getLogger(__name__)
@@ -157,6 +158,7 @@ def op_name(func_name: str) -> str:
 # the layered form of a model
 
 
+@native_log_to_logging()
 def layered_module(model, config=None):
     """The layered form of a :class:`~tvm_hetero.Model`'s module, computed once per model and
     preparation config.

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .._native import quiet_native_stderr
+from .._native import native_log_to_logging, quiet_native_stderr
 from ..errors import ModelError, error_message
 
 logger = logging.getLogger(__name__)
@@ -298,6 +298,7 @@ def _load_torch_file(path: str, name: str | None, input_shapes) -> Model:
     return loaded
 
 
+@native_log_to_logging()
 def load_model(source: Any, name: str | None = None,
                input_shapes: dict[str, tuple[int, ...]] | None = None) -> Model:
     """Load a model from any supported source.
