@@ -70,8 +70,8 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
                                          "dlight.cpu.GEMV", "parallel-loops"]
     assert by_pair[("cpu", "pooling")] == ["pooling-rows", "reduction-chains",
                                           "parallel-loops"]
-    assert by_pair[("cpu", "reduction")] == ["reduction-chains", "parallel-loops",
-                                            "dlight.cpu.Reduction"]
+    assert by_pair[("cpu", "reduction")] == ["row-reductions", "reduction-chains",
+                                            "parallel-loops", "dlight.cpu.Reduction"]
     assert by_pair[("cpu", "elementwise")] == ["concat-copies", "layout-copies",
                                               "injective-lanes", "parallel-loops"]
     assert by_pair[("cpu", "normalization")] == ["row-reductions", "parallel-loops"]
@@ -287,10 +287,16 @@ def test_resnet50s_blocked_convolutions_take_the_blocked_rule(cpu_devices):
     assert {name for name, rule in rules.items() if rule == "blocked-nchwc"} \
         == blocked - winograd
     assert {layer.func_name for layer in layers if layer.kind == "conv2d"} == blocked
-    # one transform into the layout (the image's 3 channels as one block), one out
-    transforms = [layer for layer in layers if layer.op_kinds == ["te_layout_transform"]]
-    assert [layer.outputs[0].shape for layer in transforms] == [(1, 1, 224, 224, 3),
-                                                                (1, 2048, 1, 1)]
+    # one transform into the layout (the image's 3 channels as one block), one out: form
+    # kernels of the layers they serve (no layers: tvm_hetero.prepare.device_forms)
+    from tvm_hetero.layers import classify_bindings, layered_module
+
+    transforms = [(tuple(int(d) for d in binding.var.ty.shape), info.name)
+                  for binding, info in classify_bindings(layered_module(model))
+                  if info is not None and info.form_kernel]
+    assert [shape for shape, _ in transforms] == [(1, 1, 224, 224, 3), (1, 2048, 1, 1)]
+    assert transforms[0][1] == "conv2d_0" and not any(
+        "layout_transform" in op for layer in layers for op in layer.op_kinds)
 
 
 def test_the_blocked_rule_declines_nchw_convolutions(cpu_devices):

@@ -330,17 +330,98 @@ def prologue_per_task(sch, block_rv, parallel_loop, target) -> bool:
     return True
 
 
+# The most copies of one block the rules' unrolled loops may make (the product of the extents
+# of every unrolled loop around it, `max_unrolled_copies`): a bound on the code LLVM compiles
+# per kernel. The rules' register tiles, transforms and windows make at most 100
+# (depthwise-nchwc's 5x5 window times its 4-accumulator tile; winograd's transforms and
+# depthwise-rows 36, the register tiles 16) over the zoo, light and suite models. Unrolling
+# an epilogue's loops that do not index the accumulators made 196-4096 copies: a
+# squeeze-and-excite block's excite convolution with the gate's multiply broadcast over the
+# pixels (packed-weights, blocked-nchwc) took 3-5 s of LLVM code generation at 14x14 in the
+# suite's MobileNetV3 and EfficientNet blocks (0.1 s as loops), 28 s with 16 channels at
+# 32x32, over 5 minutes with 64.
+MAX_UNROLLED_COPIES = 128
+
+
+def _all_blocks(sch, block_rv=None) -> list:
+    """Every block of the schedule's function (nested ones too), root first."""
+    block_rv = sch.get_sblock("root") if block_rv is None else block_rv
+    found = [block_rv]
+    for child in sch.get_child_blocks(block_rv):
+        found += _all_blocks(sch, child)
+    return found
+
+
+def max_unrolled_copies(func) -> int:
+    """The most copies of one block the unrolled loops of a scheduled PrimFunc make: the largest
+    product, over its blocks, of the extents of the unrolled loops around the block (an
+    unrolled loop of unknown extent counts once). What `MAX_UNROLLED_COPIES` bounds."""
+    from tvm import s_tir, tirx
+
+    sch = s_tir.Schedule(func)
+    most = 1
+    for block_rv in _all_blocks(sch)[1:]:
+        copies = 1
+        for loop in sch.get_loops(block_rv):
+            if sch.get(loop).kind == tirx.ForKind.UNROLLED:
+                copies *= loop_extent(sch, loop) or 1
+        most = max(most, copies)
+    return most
+
+
+def indexes_registers(sch, loop) -> bool:
+    """Whether a loop changes which element of a ``local`` buffer (the accumulators of a
+    register tile) the blocks under it read or write: unrolled, such a loop gives the
+    accumulators constant indices, so that they stay in registers. A loop that does not (an
+    epilogue broadcasting the tile's outputs over more pixels or images than the tile has:
+    a squeeze-and-excite block's ``x * conv(pool(x))``) gains nothing from being unrolled."""
+    import tvm_ffi
+    from tvm.tirx.analysis import undefined_vars
+
+    get_realize = tvm_ffi.get_global_func("s_tir.schedule.GetSBlockRealize")
+    loop_var = sch.get(loop).loop_var
+    for block_rv in sch.get_child_blocks(loop):
+        realize = get_realize(sch, block_rv)
+        block = realize.block
+        bound = {iv.var: value for iv, value in zip(block.iter_vars, realize.iter_values)}
+        for region in list(block.reads) + list(block.writes):
+            if region.source.scope() != "local":
+                continue
+            for index_range in region.region:
+                for var in undefined_vars(index_range.min):
+                    value = next((v for k, v in bound.items() if k.same_as(var)), var)
+                    if any(u.same_as(loop_var) for u in undefined_vars(value)):
+                        return True
+    return False
+
+
+def unroll_register_loops(sch, loops) -> list:
+    """Unroll those of `loops` (an epilogue's loops inside a register tile) that index the
+    tile's accumulators (:func:`indexes_registers`), while the copies of the loops' blocks stay
+    within `MAX_UNROLLED_COPIES`, innermost first; the others stay loops. Returns the loops
+    unrolled."""
+    unrolled, copies = [], 1
+    for loop in reversed(list(loops)):
+        extent = loop_extent(sch, loop) or 1
+        if extent == 1 or (indexes_registers(sch, loop)
+                           and copies * extent <= MAX_UNROLLED_COPIES):
+            sch.unroll(loop)
+            unrolled.append(loop)
+            copies *= extent
+    return unrolled
+
+
 def finish_register_tile(sch, conv, *, epilogue_loops, epilogue_lane, task_loops, tile, lane,
                          first_reduction, prologue, prologue_depth: int, target) -> None:
     """The last steps of a convolution's channel-vector register tile (``packed-weights``,
-    ``blocked-nchwc``): the epilogue's lane loop vectorized and its other tile loops unrolled
-    (constant indices: the accumulators stay in registers), `task_loops` fused into the
-    parallel tasks, the tile's accumulation (:func:`accumulate_in_registers` of the `tile`
-    loops and `lane`), and each `prologue` block (real padding) computed per task, else
-    first, its `prologue_depth` outer loops fused and parallel."""
+    ``blocked-nchwc``, ``depthwise-nchwc``): the epilogue's lane loop vectorized and its
+    other tile loops unrolled where they index the accumulators (constant indices: the
+    accumulators stay in registers; :func:`unroll_register_loops`), `task_loops` fused into
+    the parallel tasks, the tile's accumulation (:func:`accumulate_in_registers` of the
+    `tile` loops and `lane`), and each `prologue` block (real padding) computed per task,
+    else first, its `prologue_depth` outer loops fused and parallel."""
     sch.vectorize(epilogue_lane)
-    for loop in epilogue_loops:
-        sch.unroll(loop)
+    unroll_register_loops(sch, epilogue_loops)
     tasks = sch.fuse(*task_loops)
     accumulate_in_registers(sch, conv, tile, lane, tasks, first_reduction)
     for block_rv in prologue:

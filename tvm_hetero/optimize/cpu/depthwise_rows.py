@@ -89,13 +89,18 @@ class DepthwiseRows(Rule):
                 or any(loop_extent(sch, lp) is None for lp in loops) \
                 or not depthwise_block(func, sch, conv):
             return None
+        width = loop_extent(sch, loops[3])
+        columns = width if width <= 2 * lanes else largest_divisor(width, 2 * lanes)
+        if 2 * columns < lanes:
+            # a width with no divisor of at least half a vector up to two vectors (37 wide: 1
+            # column per tile, 58 with 8 lanes: 2): the tile would run (nearly) scalar, and a
+            # tile of 1 x 1 left the epilogue no loop ("not enough values to unpack")
+            return None
         prologue = inline_identity_copies(sch, blocks[:main_index])
         tail = [sch.cache_write(conv, 0, "local")] + list(blocks[main_index + 1:])
         for block_rv in tail[:-1]:
             sch.compute_inline(block_rv)
         n, f, y, x, rc, ry, rx = sch.get_loops(conv)
-        width = loop_extent(sch, x)
-        columns = width if width <= 2 * lanes else largest_divisor(width, 2 * lanes)
         rows = largest_divisor(loop_extent(sch, y), choose(
             "depthwise-rows", [DEPTHWISE_ROWS, DEPTHWISE_ROWS // 2, 2 * DEPTHWISE_ROWS]))
         y_outer, y_inner = sch.split(y, [None, rows])

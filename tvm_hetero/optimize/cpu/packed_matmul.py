@@ -8,7 +8,8 @@ from ...layers import kernel_kind
 from ..choices import choose
 from ..rule import Rule
 from .base import (accumulate_in_registers, cpu_traits, epilogue_at, inline_identity_copies,
-                   largest_divisor, loop_extent, one_reduction, schedule_one_reduction)
+                   largest_divisor, loop_extent, one_reduction, schedule_one_reduction,
+                   unroll_register_loops)
 from .fast_math import fast_math
 from .packed_weights import PACKED_WEIGHTS_ATTR
 
@@ -224,8 +225,8 @@ class PackedMatmul(Rule):
             tasks = sch.fuse(*batch, n_outer)
             first_reduction = k_outer
         epilogue_vectors, epilogue_lane = sch.split(tile_loops[-1], [None, lanes])
-        for loop in (tile_loops[:-1] if k_block is None else []) + [epilogue_vectors]:
-            sch.unroll(loop)
+        unroll_register_loops(sch, (tile_loops[:-1] if k_block is None else [])
+                              + [epilogue_vectors])
         sch.vectorize(epilogue_lane)
         accumulate_in_registers(sch, main, [m_inner, n_vectors], n_lanes, tasks, first_reduction)
         for block_rv in prologue:  # the rows' padding (a copy) and other inputs: parallel rows

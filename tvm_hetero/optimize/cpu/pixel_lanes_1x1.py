@@ -80,6 +80,14 @@ class PixelLanes1x1(Rule):
                 or len(out.shape) != 4 or len(sch.get_loops(conv)) != 7:
             return None
         out_shape = [int(d) for d in out.shape]
+        conv_shape = [int(d) for d in sch.get(conv).writes[0].source.shape]
+        if len(conv_shape) != 4 or out_shape[0] != conv_shape[0] \
+                or out_shape[2:] != conv_shape[2:] or out_shape[1] > conv_shape[1]:
+            # an epilogue broadcasting the convolution's output over more images, rows or
+            # columns (an add of [1, C, 8, 1] and [1, C, 8, 16]): the pixels renumbered per
+            # image are not the epilogue's ("Could not parse mapping as sum of iterators");
+            # fewer channels are the slice of padded output channels
+            return None
         pixels = out_shape[2] * out_shape[3]
         if pixels % lanes:
             return None

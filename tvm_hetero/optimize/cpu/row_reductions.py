@@ -55,6 +55,39 @@ def _vectorize_partials(sch, partial, row) -> None:
     sch.vectorize(sch.get_loops(init)[-1])
 
 
+def reduces_only(func, target) -> bool:
+    """True when the output of `func` (its last parameter) is no wider than its reductions'
+    results: a plain reduction
+    (a mean, a global pool, a reduction then an elementwise step on its result), not a norm
+    whose epilogue reads the reduced value back over the whole row (an RMS norm: x * rsqrt(mean
+    of squares), x - mean). The reduction table sends the norms to row-reductions first and
+    leaves plain reductions to reduction-chains."""
+    del target
+    from tvm import s_tir, tirx
+
+    sch = s_tir.Schedule(func)
+    reduced = [write.source for block_rv in sch.get_child_blocks(sch.get_sblock("root"))
+               for block in [sch.get(block_rv)]
+               if any(iv.iter_type == 2 for iv in block.iter_vars) for write in block.writes]
+    if not reduced:
+        return True
+
+    def elements(shape):
+        count = 1
+        for dim in shape:
+            if not isinstance(dim, tirx.IntImm):
+                return None
+            count *= int(dim)
+        return count
+
+    # the last parameter is the kernel's output (TVM 0.27: a parameter's type is its buffer's)
+    results = [elements(buffer.shape) for buffer in reduced]
+    outputs = [elements(param.ty.shape) for param in func.params[-1:]]
+    if any(n is None for n in results + outputs) or not outputs:
+        return True
+    return max(outputs) <= max(results)
+
+
 class RowReductions(Rule):
     """The ``row-reductions`` rule: one row per task (softmax, layer norm, 1x1 convolutions
     of a 1x1 map), all blocks of the row computed there; vector partial sums, vector

@@ -67,8 +67,17 @@ class Winograd(Rule):
         lanes, registers = vector_lanes(target)
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
         names = [sch.get(block_rv).name_hint for block_rv in blocks]
-        for block_rv in blocks[names.index(OUT_BLOCK) + 1:]:  # the fused epilogue
-            sch.reverse_compute_inline(block_rv)
+        # the fused epilogue, into the output block: its inner blocks inlined forward into their
+        # consumers (a value read twice, SiLU's ``c * sigmoid(c)``, recomputed in both), then
+        # its one last block inlined backward. Not each block backward in turn: TVM 0.27's
+        # reverse_compute_inline does not check that the producer's buffer has no other
+        # consumer, so the second block of ``c * sigmoid(c)`` took the producer and left
+        # ``c`` unwritten ("Buffer T_add_intermediate is used before its definition").
+        epilogue = blocks[names.index(OUT_BLOCK) + 1:]
+        for block_rv in epilogue[:-1]:
+            sch.compute_inline(block_rv)
+        if epilogue:
+            sch.reverse_compute_inline(epilogue[-1])
         _, channel_blocks, _, width, channel_lanes = (int(v) for v in
                                                       sch.get(out).writes[0].source.shape)
         tile = int(sch.get(stages[0]).writes[0].source.shape[2])
