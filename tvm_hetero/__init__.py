@@ -20,7 +20,7 @@ from .build import CompiledModel, LatencySummary, build, load, time_function
 from .database import Database
 from .devices import Device, DeviceSet, parse_device, parse_size
 from .errors import (BuildError, DeviceError, HeteroError, InputError, ModelError,
-                     PlacementError)
+                     PlacementError, VerificationError)
 from .frontend import InputSpec, Model, load_model
 from .layers import Layer, extract_layers
 from .measure import (ErrorKind, LocalBuilder, LocalRunner, MeasureResult, MeasureTask,
@@ -45,5 +45,5 @@ __all__ = [
     "TaskWeights", "TuningDatabase", "TuningSummary", "ZOO", "build", "candidates",
     "extract_layers", "load", "load_model", "memory_use", "over_cap", "parse_device", "parse_size",
     "prepare", "probe", "profile_model", "STRATEGIES", "TuneResult", "time_function", "tune",
-    "tune_kernels", "write_report", "zoo_model",
+    "tune_kernels", "VerificationError", "write_report", "zoo_model",
 ]

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -208,8 +210,13 @@ def tune_placement(model: Any, devices: DeviceSet | Sequence[str], records: str,
                   builder=LocalBuilder(timeout_s=build_timeout_s),
                   runner=LocalRunner(timeout_s=run_timeout_s), callback=callback)
     if result.placement is None:
-        raise HeteroError(f"no candidate ran correctly ({len(result.trials)} tried); see "
-                          f"{records}")
+        wrong = "".join(
+            f"; every candidate using {device} ({count}) computed outputs that differ from "
+            f"{result.reference}" for device, count in result.wrong_output_devices.items())
+        hint = (f" (`compile --verify -p all:{next(iter(result.wrong_output_devices))}` names "
+                "the kernel and rule at fault)") if wrong else ""
+        raise HeteroError(f"no candidate ran correctly ({len(result.trials)} tried{wrong})"
+                          f"{hint}; see {records}")
     result.placement.model = loaded.name
     result.placement.meta = {"median_ms": result.latency.median_ms}
     result.placement.save(output, devices)
@@ -242,6 +249,9 @@ class CompileResult:
         The library written.
     tuning : TuningSummary or None
         What MetaSchedule tuning did (None without tuning trials).
+    verification : Verification or None
+        With `verify`: the reference the library was checked against and its largest
+        relative error (None without).
     """
 
     compiled: Any
@@ -251,6 +261,7 @@ class CompileResult:
     layers: list[Layer]
     output: str
     tuning: Any = None
+    verification: Any = None
 
     @property
     def layers_per_device(self) -> dict[str, int]:
@@ -262,12 +273,15 @@ class CompileResult:
         """The summary ``compile --json`` prints."""
         from .optimize import TUNED
 
-        return {"output": self.output, "model": self.model.name, "devices": self.devices.names,
-                "layers_per_device": self.layers_per_device,
-                "build_seconds": round(self.compiled.stats.total_s, 3),
-                "tuned_kernels": sum(1 for r in self.compiled.stats.rules.values()
-                                     if r == TUNED),
-                "tuned_choice_kernels": len(self.compiled.stats.tuned_choices)}
+        out = {"output": self.output, "model": self.model.name, "devices": self.devices.names,
+               "layers_per_device": self.layers_per_device,
+               "build_seconds": round(self.compiled.stats.total_s, 3),
+               "tuned_kernels": sum(1 for r in self.compiled.stats.rules.values()
+                                    if r == TUNED),
+               "tuned_choice_kernels": len(self.compiled.stats.tuned_choices)}
+        if self.verification is not None:
+            out["verified"] = self.verification.to_json()
+        return out
 
 
 def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *,
@@ -276,7 +290,8 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
                   input_shapes: dict[str, tuple[int, ...]] | None = None,
                   tune_trials: int = 0, tuning_db: str | None = None, tune_share: float = 1.0,
                   save_placement: str | None = None, progress: Callable | None = None,
-                  native_warnings: bool = False) -> CompileResult:
+                  native_warnings: bool = False, verify: bool = False,
+                  seed: int = 0) -> CompileResult:
     """Build a placed model into one executable library and write it to `output`.
 
     Parameters
@@ -310,6 +325,15 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
         Called with one line of text per tuning step.
     native_warnings : bool
         Let MetaSchedule's native warnings through to stderr while tuning (default False).
+    verify : bool
+        Load the library written, run it on random inputs (from `seed`) and check its outputs
+        against an independent reference: onnxruntime for an ONNX model (where installed and
+        it accepts the model), else the model built without the optimization rules on the
+        first device (see :mod:`tvm_hetero.verify`). A library that disagrees is removed and
+        a :class:`~tvm_hetero.errors.VerificationError` raised, naming the kernel and rule at
+        fault (found by rebuilding with rules switched off kernel by kernel). Default False.
+    seed : int
+        Seed of the verification's random inputs (default 0).
 
     Returns
     -------
@@ -319,6 +343,8 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
     ------
     HeteroError
         Any user mistake: a bad model, device, placement, records file, cap or path.
+    VerificationError
+        With `verify`: the library's outputs disagree with the reference.
     """
     from .build import build
 
@@ -337,14 +363,46 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
     exceeded = over_cap(layers, placement, devices)
     if exceeded:
         raise PlacementError(f"placement exceeds memory caps: {describe_over_cap(exceeded)}")
+    if verify:  # it runs the library: before a build it could not check
+        from .annotate import used_devices
+
+        used_devices(placement, devices).check_runtime()
     tuning_summary, tuning = _tune_kernels(loaded, placement, devices, tune_trials, tuning_db,
                                            tune_share, progress, native_warnings)
     compiled = build(loaded, placement, devices, tuning_db=tuning)
     with quiet_native_stderr():  # TVM's "Scope Saving" chatter
         compiled.export_library(output)
+    verification = None
+    if verify:
+        verification = _verify_library(output, loaded, placement, devices, compiled, tuning,
+                                       seed)
     if save_placement:
         placement.save(_writable(save_placement), devices)
-    return CompileResult(compiled, loaded, devices, placement, layers, output, tuning_summary)
+    return CompileResult(compiled, loaded, devices, placement, layers, output, tuning_summary,
+                         verification)
+
+
+def _verify_library(output, model, placement, devices, compiled, tuning, seed):
+    """The library written, loaded back and verified (:func:`~tvm_hetero.verify.verify_build`);
+    removed when it disagrees."""
+    from .build import load
+    from .errors import VerificationError
+    from .verify import verify_build
+
+    # loaded from a copy under a fresh path: a process that loaded a library of the same path
+    # before would be handed that one again (the dynamic loader matches libraries by path)
+    with tempfile.TemporaryDirectory(prefix="tvm_hetero_verify_") as tmp:
+        copy = os.path.join(tmp, os.path.basename(output))
+        shutil.copyfile(output, copy)
+        with quiet_native_stderr():
+            written = load(copy, devices)
+    try:
+        return verify_build(model, placement, devices, written, dict(compiled.stats.rules),
+                            tuning=tuning, seed=seed)
+    except VerificationError:
+        if os.path.exists(output):
+            os.remove(output)  # a library known to compute wrong answers is not left behind
+        raise
 
 
 def _tune_kernels(model, placement, devices, trials, tuning_db, share, progress,

@@ -24,7 +24,7 @@ from .devices import DeviceSet, host_target_dict, use_every_cpu_thread
 from .errors import BuildError, DeviceError, InputError, ModelError, error_message
 from .frontend import InputSpec, load_model
 from .frontend.index_guard import OUT_OF_RANGE
-from .layers import extract_layers, layered_module
+from .layers import extract_layers, layered_module, placed_module
 from .optimize import schedule_passes
 from .optimize.tuning import TuningDatabase
 from .placement import Placement
@@ -134,9 +134,11 @@ class KernelCache:
         return len(self._modules)
 
 
-def _link_per_target(mod, host_target, kernel_cache: KernelCache | None = None):
+def _link_per_target(mod, host_target, kernel_cache: KernelCache | None = None,
+                     stats: "BuildStats | None" = None):
     """VM codegen, then one ``tirx.build`` per distinct target (or one per kernel, through
-    `kernel_cache`), linked into one executable."""
+    `kernel_cache`), linked into one executable. Each ``tirx.build``'s seconds go to `stats`
+    (``target_compile_s``, or ``kernel_compile_s`` per kernel through `kernel_cache`)."""
     tvm, relax = _import_tvm()
     from tvm.relax import _ffi_api as relax_ffi
     from tvm.relax.vm_build import VMExecutable, _vmcodegen
@@ -156,11 +158,17 @@ def _link_per_target(mod, host_target, kernel_cache: KernelCache | None = None):
     for key, (target, funcs) in groups.items():
         is_llvm = target.kind.name == "llvm"
         if kernel_cache is None:
+            start = time.perf_counter()
             libs[key] = tvm.tirx.build(tvm.IRModule(funcs, attrs=leftover.attrs), target=target)
+            if stats is not None:
+                stats.target_compile_s[key] = time.perf_counter() - start
             modules.append((is_llvm, libs[key]))
-        else:
-            modules += [(is_llvm, kernel_cache.get(gv, func, target))
-                        for gv, func in funcs.items()]
+            continue
+        for gv, func in funcs.items():
+            start = time.perf_counter()
+            modules.append((is_llvm, kernel_cache.get(gv, func, target)))
+            if stats is not None:
+                stats.kernel_compile_s[gv.name_hint] = time.perf_counter() - start
     if kernel_cache is None:
         modules.sort(key=lambda entry: not entry[0])  # an LLVM module is the root
         root, rest = (modules[0][1], modules[1:]) if modules else (None, [])
@@ -197,17 +205,33 @@ class BuildStats:
     rules: dict[str, str | None] = field(default_factory=dict)
     # kernel -> the rule's choices a tuning database measured faster (``{choice: option}``)
     tuned_choices: dict[str, dict[str, int]] = field(default_factory=dict)
+    # target (``CompiledModel.libs``' keys) -> seconds of the one ``tvm.tirx.build`` compiling
+    # its kernels together (LLVM code generation is most of ``codegen_s``); empty with a
+    # kernel cache
+    target_compile_s: dict[str, float] = field(default_factory=dict)
+    # kernel -> seconds of its own ``tvm.tirx.build``, where a kernel cache compiles kernels
+    # one by one (near 0 for a kernel the cache held already); empty without one. Build with
+    # ``kernel_cache=KernelCache()`` to see which kernels' code generation is slow
+    # (:meth:`slowest_kernels`).
+    kernel_compile_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_s(self) -> float:
         return self.prepare_s + self.annotate_s + self.lower_s + self.codegen_s
+
+    def slowest_kernels(self, count: int = 5) -> list[tuple[str, float, str | None]]:
+        """``(kernel, compile seconds, rule)`` of the `count` kernels whose code generation took
+        longest (from ``kernel_compile_s``: a build with a kernel cache), slowest first."""
+        ranked = sorted(self.kernel_compile_s.items(), key=lambda item: -item[1])[:count]
+        return [(name, seconds, self.rules.get(name)) for name, seconds in ranked]
 
 
 @native_log_to_logging()
 def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[str],
           *, extra_passes: Sequence | None = None,
           kernel_cache: KernelCache | None = None, optimize: bool = True,
-          tuning_db: "str | os.PathLike | TuningDatabase | None" = None) -> "CompiledModel":
+          tuning_db: "str | os.PathLike | TuningDatabase | None" = None,
+          unscheduled: Sequence[str] = ()) -> "CompiledModel":
     """Build a model with its layers placed on devices into one executable.
 
     Parameters
@@ -230,6 +254,9 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     kernel_cache : KernelCache, optional
         Reuse kernels compiled by earlier builds (a search's builder passes one); the per-target
         libraries (``CompiledModel.libs``) are then not assembled.
+    unscheduled : sequence of str, optional
+        With `optimize`: names of CPU kernels (``stats.rules`` keys) that keep TVM's default
+        loops instead of their rule or tuned schedule (verification, finding a rule at fault).
 
     Returns
     -------
@@ -252,6 +279,8 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     if isinstance(placement, str):
         placement = Placement.parse(placement, layers)
     placement.validate(layers, devices)
+    # each layer in the form of its device (the same layer names): docs/design.md
+    layered = placed_module(model, devices, placement)
     devices = used_devices(placement, devices)
     stats.prepare_s = time.perf_counter() - start
 
@@ -283,8 +312,8 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     try:
         with host:
             scheduled = tvm.transform.Sequential(
-                schedule_passes(devices, optimize, tuning, stats.rules, stats.tuned_choices)
-                + list(extra_passes or []))(annotated)
+                schedule_passes(devices, optimize, tuning, stats.rules, stats.tuned_choices,
+                                unscheduled) + list(extra_passes or []))(annotated)
             lowered = _lower(scheduled)
     except Exception as err:
         raise BuildError(f"lowering the placed module failed: {error_message(err)}") from err
@@ -298,7 +327,7 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
 
     start = time.perf_counter()
     try:
-        executable, libs = _link_per_target(lowered, host, kernel_cache)
+        executable, libs = _link_per_target(lowered, host, kernel_cache, stats=stats)
     except Exception as err:
         raise BuildError(f"code generation failed: {error_message(err)}") from err
     stats.codegen_s = time.perf_counter() - start

@@ -206,10 +206,13 @@ def header_path(records: str) -> str:
     return os.path.splitext(os.fspath(records))[0] + ".header.json"
 
 
-def write_header(records: str, model, devices) -> str | None:
+def write_header(records: str, model, devices, reference: str | None = None,
+                 reference_detail: str = "") -> str | None:
     """Write what the records are of beside them: the model's source (``zoo:NAME`` or the
-    ONNX file's absolute path) with its input shapes, and the devices with their memory caps.
-    Returns the path, or None for a model without a source to name (an in-memory model)."""
+    ONNX file's absolute path) with its input shapes, the devices with their memory caps, and
+    (`reference`) what the candidates' outputs were checked against, e.g. ``onnxruntime``
+    (`reference_detail`: its version, or why it was not used). Returns the path, or None for a
+    model without a source to name (an in-memory model)."""
     if not getattr(model, "source", ""):
         logger.info("no records header: the model was given in memory, not by a source")
         return None
@@ -217,6 +220,10 @@ def write_header(records: str, model, devices) -> str | None:
               "input_shapes": {spec.source_name or spec.name: list(spec.shape)
                                for spec in model.inputs},
               "devices": devices.to_json()}
+    if reference:
+        header["reference"] = reference
+        if reference_detail:
+            header["reference_detail"] = reference_detail
     path = header_path(records)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp"
@@ -228,8 +235,9 @@ def write_header(records: str, model, devices) -> str | None:
 
 
 def read_header(records: str) -> dict | None:
-    """The header beside `records` as ``{"model", "input_shapes", "devices"}`` (a DeviceSet),
-    or None when there is none.
+    """The header beside `records` as ``{"model", "input_shapes", "devices", "reference"}``
+    (devices a DeviceSet, reference None in headers written before it was recorded), or None
+    when there is none.
 
     Raises
     ------
@@ -253,7 +261,8 @@ def read_header(records: str) -> dict | None:
                           f"{problem}")
     return {"model": data["model"],
             "input_shapes": {k: tuple(v) for k, v in data["input_shapes"].items()},
-            "devices": DeviceSet.from_json(data["devices"])}
+            "devices": DeviceSet.from_json(data["devices"]),
+            "reference": data.get("reference")}
 
 
 def best_placement(records: str, model, devices, layers) -> Placement:

@@ -21,6 +21,11 @@ class BuildError(HeteroError):
     """Building a placed module failed."""
 
 
+class VerificationError(BuildError):
+    """A built model's outputs disagree with the independent reference (``compile --verify``):
+    the message names the kernel and the rule at fault where they were found."""
+
+
 class InputError(HeteroError):
     """Inputs given to a compiled model do not match its input signature."""
 
@@ -71,7 +76,8 @@ def _register_with_tvm_ffi() -> None:
     """Let these errors cross TVM's FFI (e.g. out of a pass) with their own type."""
     import tvm_ffi
 
-    for cls in (HeteroError, ModelError, DeviceError, PlacementError, BuildError, InputError):
+    for cls in (HeteroError, ModelError, DeviceError, PlacementError, BuildError,
+                VerificationError, InputError):
         tvm_ffi.register_error(cls.__name__, cls)
 
 

@@ -78,6 +78,8 @@ RECORDS_HEADER = {
                            "device_type": {"type": "string"},
                            "device_id": {"type": "integer", "minimum": 0},
                            "memory_cap": {"type": "integer", "minimum": 0}}}},
+        "reference": {"type": "string"},
+        "reference_detail": {"type": "string"},
     },
 }
 

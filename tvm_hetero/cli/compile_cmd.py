@@ -11,7 +11,12 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "compile", help="build a placed model into one executable library",
         description="Annotate every layer with its device and build one executable that runs "
-                    "across the devices.")
+                    "across the devices. With --verify the library is then run on seeded "
+                    "random inputs and its outputs checked against an independent reference: "
+                    "onnxruntime for an ONNX model (when installed), else the model built "
+                    "without the optimization rules (TVM's default loops) on the first device; "
+                    "a library that disagrees is an error naming the kernel and rule at fault, "
+                    "and is not kept.")
     add_model_args(parser)
     add_device_args(parser)
     add_memory_args(parser)
@@ -36,6 +41,13 @@ def register(subparsers) -> None:
                         help="tune only the heaviest kernels: those that make up this share of "
                              "each device's time under the rules, e.g. 0.8 for a small "
                              "--tune-trials (default: 1.0, every kernel)")
+    parser.add_argument("--verify", action="store_true",
+                        help="run the library on seeded random inputs and check its outputs "
+                             "against onnxruntime (ONNX models), else against the model built "
+                             "without optimization rules; on a mismatch, name the kernel and "
+                             "rule at fault, remove the library and fail (default: off)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of --verify's random inputs (default: 0)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary")
     parser.set_defaults(func=run)
 
@@ -46,7 +58,7 @@ def run(args) -> int:
         memory=parse_memory(args.memory), input_shapes=parse_input_shapes(args.input_shape),
         tune_trials=args.tune_trials, tuning_db=args.tuning_db, tune_share=args.tune_share,
         save_placement=args.save_placement, progress=None if args.json else print,
-        native_warnings=bool(args.verbose))
+        native_warnings=bool(args.verbose), verify=args.verify, seed=args.seed)
     if args.json:
         print_json(result.to_json())
         return 0
@@ -65,4 +77,7 @@ def run(args) -> int:
     print(f"wrote {args.output}: {result.model.name}, {len(result.layers)} layers on "
           + ", ".join(f"{n} ({c})" for n, c in result.layers_per_device.items())
           + f", built in {result.compiled.stats.total_s:.2f}s")
+    if result.verification is not None:
+        print(f"verified against {result.verification.reference.describe()}: largest relative "
+              f"error {result.verification.max_error:.2g}")
     return 0

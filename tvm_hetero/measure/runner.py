@@ -138,7 +138,8 @@ class LocalRunner(Runner):
                 elif not outs[position]["ok"]:
                     results[index] = MeasureResult(
                         ErrorKind.WRONG_ANSWER, max_error=outs[position]["max_error"],
-                        message="outputs differ from the reference when re-timed")
+                        message=f"outputs differ from {task.reference_source} when re-timed: "
+                                f"relative error {outs[position]['max_error']:.3g}")
                 else:
                     results[index] = retimed_result(outs[position]["rounds_ms"], build.build_s,
                                                     outs[position]["max_error"])
@@ -172,8 +173,8 @@ class LocalRunner(Runner):
         if not out["ok"]:
             return MeasureResult(ErrorKind.WRONG_ANSWER, build_s=build.build_s, run_s=run_s,
                                  max_error=out["max_error"],
-                                 message=f"outputs differ from the reference: relative error "
-                                         f"{out['max_error']:.3g}")
+                                 message=f"outputs differ from {task.reference_source}: "
+                                         f"relative error {out['max_error']:.3g}")
         result = MeasureResult(ErrorKind.NONE, out["latencies_ms"], build_s=build.build_s,
                                run_s=run_s, max_error=out["max_error"])
         if not out.get("screened"):

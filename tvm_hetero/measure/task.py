@@ -1,5 +1,6 @@
 """A measurement task: one model on one device set, with the fixed seeded inputs and the
-reference outputs that every candidate is verified against."""
+reference outputs that every candidate is verified against: independent of the code under test
+(onnxruntime, or the model built without the optimization rules; see :mod:`tvm_hetero.verify`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import numpy as np
 from ..devices import DeviceSet
 from ..frontend import Model, load_model
 from ..layers import Layer, extract_layers
-from ..placement import Placement
 from ..prepare import PrepareConfig
 
 logger = logging.getLogger(__name__)
@@ -64,8 +64,14 @@ class MeasureTask:
     model_file : str
         The model as the workers load it (``model.onnx`` or ``model.json``, a Relax module).
     inputs_file, reference_file : str
-        ``.npz`` of the seeded inputs and of the reference outputs (the model built on the
-        first device alone).
+        ``.npz`` of the seeded inputs and of the reference outputs.
+    reference_source : str
+        Where the reference outputs come from, as messages name it: ``onnxruntime`` for an
+        ONNX model (when onnxruntime is installed and accepts it), else ``TVM's default loops
+        on DEVICE`` (the model built without the optimization rules on the first device), or
+        ``the reference given``.
+    reference_detail : str
+        onnxruntime's version, or why onnxruntime is not the reference.
     """
 
     model: Model
@@ -77,12 +83,15 @@ class MeasureTask:
     inputs_file: str
     reference_file: str
     reference: list[np.ndarray] = field(default_factory=list)
+    reference_source: str = "the reference"
+    reference_detail: str = ""
 
     @classmethod
     def create(cls, model: Any, devices: DeviceSet, workdir: str, seed: int = 0,
                reference: list[np.ndarray] | None = None) -> "MeasureTask":
-        """Write the model, inputs and reference outputs under `workdir`."""
-        from ..build import build
+        """Write the model, inputs and reference outputs under `workdir`; the reference is
+        computed (:func:`tvm_hetero.verify.reference_outputs`) unless given."""
+        from ..verify import reference_outputs
 
         model = load_model(model)
         os.makedirs(workdir, exist_ok=True)
@@ -103,13 +112,15 @@ class MeasureTask:
         np.savez(inputs_file, **inputs)
         layers = extract_layers(model, PrepareConfig.for_devices(devices))
         if reference is None:
-            first = devices[0].name
-            logger.info("computing reference outputs on %s", first)
-            reference = build(model, Placement.all_on(layers, first), devices).run(inputs)
+            computed = reference_outputs(model, devices, inputs, layers)
+            logger.info("candidates are checked against %s", computed.describe())
+            reference, source, detail = computed.outputs, computed.label, computed.detail
+        else:
+            source, detail = "the reference given", ""
         reference_file = os.path.join(workdir, "reference.npz")
         np.savez(reference_file, *reference)
         return cls(model, devices, workdir, layers, model_file, input_shapes, inputs_file,
-                   reference_file, list(reference))
+                   reference_file, list(reference), source, detail)
 
     def load_inputs(self) -> dict[str, np.ndarray]:
         with np.load(self.inputs_file, allow_pickle=False) as data:

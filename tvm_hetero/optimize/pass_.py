@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Collection
 
 from ..errors import BuildError, error_message
 from ..layers import OP_KINDS_ATTR, kernel_kind
@@ -25,6 +26,7 @@ from .gpu import GPU_RULE_NAMES
 from .repack import repack_weight_arguments
 from .rule import family_of
 from .table import rules_for
+from .unit_reductions import FoldUnitReductions, fold_unit_reductions
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +52,14 @@ def optimize_function(func, target, name: str = "main"):
     kind = kernel_kind(func)
     family = family_of(target)
     choices = active_choices()
+    # what every rule (dlight's too) is given: reductions over a single point written as the
+    # elementwise blocks they are (normalize_prim_func + inlining got them wrong)
+    canonical = fold_unit_reductions(func)
     for rule in rules_for(family, kind):
         if choices is not None:  # only the choices of the rule that schedules the kernel
             choices.restart()
         try:
-            scheduled = rule.apply(func, target)
+            scheduled = rule.apply(canonical, target)
         except Exception as err:  # noqa: BLE001 (a rule's bug: any exception)
             if strict_rules():
                 raise BuildError(f"rule {rule.name} raised on kernel {name}: "
@@ -77,7 +82,7 @@ def optimize_function(func, target, name: str = "main"):
 
 
 def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM pass style)
-                   tuned_choices: dict | None = None):
+                   tuned_choices: dict | None = None, unscheduled: Collection[str] = ()):
     """A module pass scheduling every PrimFunc that has a target by its (family, kind) rules.
 
     A kernel scheduled with a packed weight (the ``packed-weights`` rule) changes its weight
@@ -95,9 +100,15 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM p
     tuned_choices : dict, optional
         Filled with ``{kernel name: {choice: option}}`` for the kernels scheduled with the
         choices `tuning` measured fastest.
+    unscheduled : collection of str, optional
+        Names of CPU kernels that keep TVM's default loops whatever the table and `tuning`
+        say (verification switches rules off kernel by kernel to find the one at fault);
+        GPU kernels are scheduled regardless.
     """
     import tvm
     from tvm import tirx
+
+    unscheduled = frozenset(unscheduled)
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_hetero.OptimizeLayers")
     def optimize_layers(mod, _ctx):
@@ -108,6 +119,10 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM p
                     or "target" not in func.attrs or OP_KINDS_ATTR not in func.attrs:
                 continue
             target = func.attrs["target"]
+            if gv.name_hint in unscheduled and family_of(target) == "cpu":
+                if chosen is not None:
+                    chosen[gv.name_hint] = None
+                continue  # TVM's default loops, as asked
             tuned = tuning.schedule(func, target) if tuning is not None else None
             if tuned is not None:
                 scheduled, rule = tuned, TUNED
@@ -135,21 +150,24 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM p
 
 
 def schedule_passes(devices, optimize: bool = True, tuning=None,
-                    chosen: dict | None = None, tuned_choices: dict | None = None) -> list:
+                    chosen: dict | None = None, tuned_choices: dict | None = None,
+                    unscheduled: Collection[str] = ()) -> list:
     """Per-target scheduling of the placed kernels.
 
     With `optimize` (the default) every kernel is scheduled by the optimization table's rules
     for its own device. Without it CPU kernels keep TVM's default loops; GPU kernels are
     always scheduled (dlight's GPU rules), since an unscheduled GPU kernel silently becomes
     host code. `tuning` (a TuningDatabase) gives tuned kernels their tuned schedule; `chosen`
-    collects ``{kernel: rule}``, `tuned_choices` ``{kernel: the rule's tuned choices}``.
+    collects ``{kernel: rule}``, `tuned_choices` ``{kernel: the rule's tuned choices}``;
+    the CPU kernels named in `unscheduled` keep TVM's default loops.
     """
     from tvm.s_tir import dlight as dl
 
     if optimize:
-        return [OptimizeLayers(tuning, chosen, tuned_choices)]
+        return [OptimizeLayers(tuning, chosen, tuned_choices, unscheduled)]
     passes = []
     if any(dev.family != "cpu" for dev in devices):
+        passes.append(FoldUnitReductions())  # (dlight's Fallback: see fold_unit_reductions)
         passes.append(dl.ApplyDefaultSchedule(*(getattr(dl.gpu, name)()
                                                 for name in GPU_RULE_NAMES)))
     return passes

@@ -19,7 +19,8 @@ from ..database import RETIME_SOURCE, Database, write_header
 from ..devices import DeviceSet
 from ..errors import HeteroError, PlacementError
 from ..frontend import load_model
-from ..measure import LocalBuilder, LocalRunner, MeasureResult, MeasureTask, Measurer
+from ..measure import (ErrorKind, LocalBuilder, LocalRunner, MeasureResult, MeasureTask,
+                       Measurer)
 from ..placement import Placement
 from ..profiles import profile_model
 from ..status import TaskWeights, probe_cached
@@ -57,6 +58,12 @@ class TuneResult:
         The records file.
     retimed : list of (Placement, MeasureResult, MeasureResult)
         The finalists re-timed alternately: placement, the search's figure, the re-timed one.
+    reference : str
+        What every candidate's outputs were checked against (``onnxruntime``, ``TVM's default
+        loops on cpu``; see :mod:`tvm_hetero.verify`).
+    wrong_output_devices : dict of str to int
+        Devices every candidate using which (that ran) computed wrong outputs, with how many
+        did: code built for that device (a rule, most likely) computes wrong answers.
     """
 
     placement: Placement | None
@@ -70,6 +77,8 @@ class TuneResult:
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     retimed: list[tuple[Placement, MeasureResult, MeasureResult]] = field(default_factory=list)
+    reference: str = ""
+    wrong_output_devices: dict[str, int] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float | None:
@@ -99,6 +108,8 @@ class TuneResult:
                          "retimed_ms": again.median_ms if again.ok else None,
                          "rounds_ms": again.rounds_ms, "error": again.error.value}
                         for p, searched, again in self.retimed],
+            "reference": self.reference,
+            "wrong_output_devices": dict(self.wrong_output_devices),
         }
 
 
@@ -306,7 +317,8 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
     records = records or os.path.join(workdir, "records.jsonl")
     task = MeasureTask.create(model, devices, workdir, seed=seed)
     database = Database(records, model.fingerprint(), devices.fingerprint())
-    write_header(records, model, devices)  # `report RECORDS` needs nothing more
+    # `report RECORDS` needs nothing more
+    write_header(records, model, devices, task.reference_source, task.reference_detail)
     measurer = Measurer(task, builder or LocalBuilder(), runner or LocalRunner(), database)
     profile = None
     if use_profile and chosen.uses_profile:
@@ -318,6 +330,12 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
     chosen.run(search)
     extra = search.extra
 
+    wrong = wrong_output_devices(search.trials, devices.names)
+    for device, count in wrong.items():
+        logger.warning("every candidate using %s (%d that ran) computed outputs that differ from "
+                       "%s: code built for %s computes wrong answers (`tvm-hetero compile "
+                       "--verify -p all:%s` names the kernel and rule at fault)", device, count,
+                       task.reference_source, device, device)
     retimed = _retime_finalists(search, measurer, database, retime, retime_rounds, extra)
     ranked = [(p, again) for p, _, again in retimed if again.ok] or \
         [(t.placement, t.result) for t in search.best(len(search.trials))]
@@ -329,7 +347,19 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
         best_single=(best_single[0].devices_used[0], best_single[1]) if best_single else None,
         history=search.history, trials=search.trials, measured=measurer.measured,
         records=records, strategy=strategy, seconds=time.monotonic() - start, extra=extra,
-        retimed=retimed)
+        retimed=retimed, reference=task.reference_source, wrong_output_devices=wrong)
+
+
+def wrong_output_devices(trials: list[Trial], devices: list[str]) -> dict[str, int]:
+    """``{device: candidates}`` for each device that some candidates that ran used and every
+    one of them computed wrong outputs (``wrong_answer``): code built for it is at fault."""
+    ran = [t for t in trials if t.result.ok or t.result.error == ErrorKind.WRONG_ANSWER]
+    out = {}
+    for device in devices:
+        using = [t for t in ran if device in t.placement.devices_used]
+        if using and all(t.result.error == ErrorKind.WRONG_ANSWER for t in using):
+            out[device] = len(using)
+    return out
 
 
 def _finalists(trials: list[Trial], count: int) -> list[Trial]:
