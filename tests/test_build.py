@@ -8,6 +8,7 @@ from tvm_hetero.testing import (light_model, max_relative_error, onnx_reference,
                                 random_placement)
 
 from conftest import conv_chain, zoo
+from tvm_hetero.layers import placed_module
 
 # Outputs are compared as max |got - want| / max |want|. Layers on cpu-generic are compiled
 # without FMA, so they round differently from the host-CPU build: 1e-4 allows for that and
@@ -114,6 +115,8 @@ def test_cpu_plus_cuda_compiles_without_a_gpu_with_cuda_kernels(name):
     layers = th.extract_layers(model.mod)
     placement = th.Placement({l.name: devices.names[i % 2] for i, l in enumerate(layers)})
     compiled = th.build(model, placement, devices)
+    # the kernels of the placed module: each layer in its device's form
+    layers = th.extract_layers(placed_module(model, devices, placement))
     cuda_key = str(devices["cuda"].tvm_target())
     cuda_modules = [m for m in compiled.libs[cuda_key].imports if m.kind == "cuda"]
     assert len(cuda_modules) == 1

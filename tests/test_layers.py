@@ -40,16 +40,27 @@ def test_layer_configuration_numbers():
     assert second.predecessors == [first.name] and first.model_inputs == ["input"]
 
 
+def _form_kernels(model):
+    """``[(layer served, output shape)]`` of the form kernels (layout transforms of the CPU
+    forms) of a model's layered module for the host CPU, in program order."""
+    from tvm_hetero.layers import classify_bindings, layered_module
+
+    return [(info.name, tuple(int(d) for d in binding.var.ty.shape))
+            for binding, info in classify_bindings(layered_module(model))
+            if info is not None and info.form_kernel]
+
+
 def test_residual_and_concat_form_a_dag():
     layers = {l.name: l for l in th.extract_layers(zoo("resnet").mod)}
     # the first residual block: conv2d_2 adds the block input (conv2d_0's output, which the
     # stem writes in the blocked layout) to its own
     assert layers["conv2d_2"].op_kinds == ["conv2d", "add", "add", "relu"]
     assert set(layers["conv2d_2"].predecessors) == {"conv2d_1", "conv2d_0"}
-    # the stem reads the image's 3 channels as one block
-    assert layers["conv2d_0"].predecessors == ["te_layout_transform_0"]
-    assert layers["te_layout_transform_0"].model_inputs == ["input"]
-    assert layers["te_layout_transform_0"].outputs[0].shape == (1, 1, 32, 32, 3)
+    # the stem reads the image's 3 channels as one block: the transform into that block is a
+    # form kernel of the stem (no layer of its own: tvm_hetero.prepare.device_forms)
+    assert layers["conv2d_0"].predecessors == [] and layers["conv2d_0"].model_inputs == ["input"]
+    assert layers["conv2d_0"].inputs[0].shape == (1, 1, 32, 32, 3)
+    assert not any(name.startswith("te_layout_transform") for name in layers)
     # the two 1x1 branches joined by Concat are one convolution (see the test below)
     assert layers["conv2d_8"].predecessors == ["conv2d_7"]
     assert layers["mean_0"].predecessors == ["conv2d_8"]
@@ -222,16 +233,18 @@ def test_wide_convolutions_run_in_the_blocked_layout_and_match_onnxruntime(cpu_d
     onnx_model = conv_chain(64, 56)  # 244 MFLOP of convolutions
     model = th.load_model(onnx_model, name="conv_chain_64")
     layers = th.extract_layers(model)
-    # into the blocked layout once, out once; the two convolutions pass it on
-    assert [l.kind for l in layers] == ["elementwise", "conv2d", "conv2d", "elementwise"]
-    assert [l.outputs[0].shape for l in layers] == [
-        (1, 4, 56, 56, 16), (1, 4, 56, 56, 16), (1, 8, 28, 28, 16), (1, 128, 28, 28)]
+    # into the blocked layout once, out once (form kernels of the first and the last
+    # convolution, no layers); the two convolutions pass it on
+    assert [l.kind for l in layers] == ["conv2d", "conv2d"]
+    assert _form_kernels(model) == [("conv2d_0", (1, 4, 56, 56, 16)),
+                                    ("conv2d_1", (1, 128, 28, 28))]
+    assert [l.outputs[0].shape for l in layers] == [(1, 4, 56, 56, 16), (1, 8, 28, 28, 16)]
     # the folded blocked weight, the residual blocked like the activations
-    assert layers[2].param_bytes == 4 * (128 * 64 + 128 * 28 * 28)
+    assert layers[1].param_bytes == 4 * (128 * 64 + 128 * 28 * 28)
     compiled = th.build(model, "all:cpu", cpu_devices)
     # the 3x3 one as Winograd (see the test below), the strided 1x1 one direct
-    assert [compiled.stats.rules[l.func_name] for l in layers[1:3]] == ["winograd",
-                                                                       "blocked-nchwc"]
+    assert [compiled.stats.rules[l.func_name] for l in layers] == ["winograd",
+                                                                  "blocked-nchwc"]
     inputs = model.random_inputs(seed=2)
     expected = ort.InferenceSession(onnx_model.SerializeToString(),
                                     providers=["CPUExecutionProvider"]).run(None, inputs)
@@ -282,8 +295,8 @@ def test_a_failed_layout_conversion_keeps_nchw_and_says_why(caplog):
 def test_inference_dropout_is_dropped_and_the_convolution_blocked():
     mod = _conv_then_dropout()
     layers = th.extract_layers(mod)
-    assert [l.op_kinds for l in layers] == [["te_layout_transform"], ["conv2d"],
-                                            ["te_layout_transform"]]
+    assert [l.op_kinds for l in layers] == [["conv2d"]]  # blocked: two form kernels beside
+    assert len(layers[0].outputs[0].shape) == 5
     squeezenet = th.extract_layers(light("squeezenet"))
     assert not any("dropout" in op for l in squeezenet for op in l.op_kinds)
     # all its convolutions run blocked (the RGB one reads its 3 channels as one block, the
@@ -385,5 +398,6 @@ def test_winograd_takes_3x3_stride_1_convolutions_with_enough_tiles_and_small_we
         assert not _winograd_fits(**{**fits, **change}), change
     # a 16x16 64-channel one fits: in a model with little convolution work, it goes blocked
     layers = th.extract_layers(th.load_model(conv_chain(64, 16), name="conv_chain_16"))
-    assert [l.kind for l in layers] == ["elementwise", "conv2d", "conv2d", "elementwise"]
-    assert layers[1].param_bytes == 4 * (36 * 64 * 64 + 64)
+    assert [l.kind for l in layers] == ["conv2d", "conv2d"]
+    assert len(layers[0].outputs[0].shape) == 5
+    assert layers[0].param_bytes == 4 * (36 * 64 * 64 + 64)

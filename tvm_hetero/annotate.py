@@ -48,12 +48,14 @@ class _Rewrite:
         self.mod = mod
         self.lift_weights = lift_weights
         self.classified = classify_bindings(mod)
-        names = [info[1] for _, info in self.classified if info is not None]
+        names = list(dict.fromkeys(info.name for _, info in self.classified
+                                   if info is not None))
         placement.validate(names, devices)
         self.devices = devices = used_devices(placement, devices)
         self.vdevices = [relax.VDevice(dev.tvm_target(), dev.device_id, "global")
                          for dev in devices]
-        self.layer_device = {info[1]: devices.index(placement[info[1]])
+        # a form kernel (a layout transform of a CPU form) runs where the layer it serves does
+        self.layer_device = {info.name: devices.index(placement[info.name])
                              for _, info in self.classified if info is not None}
         # the callees' types come from the builder's module, which starts as a copy of `mod`
         self.bb = relax.BlockBuilder(tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs))
@@ -147,7 +149,7 @@ class _Rewrite:
         for binding, info in self.classified:
             if info is None:
                 continue
-            device = self.layer_device[info[1]]
+            device = self.layer_device[info.name]
             for arg in binding.value.args[1].fields:
                 if isinstance(arg, relax.Var) and arg in params and arg not in first:
                     first[arg] = device
@@ -220,8 +222,7 @@ class _Rewrite:
                 self.tuple_fields[new] = list(value.fields)
             self.dev_of[new] = self._value_device(value, binding.var.name)
             return new
-        _, layer_name, _ = info
-        device = self.layer_device[layer_name]
+        device = self.layer_device[info.name]
         call = binding.value
         args = [self._on_device(bb, substitute_vars(arg, self.var_map), device)
                 for arg in call.args[1].fields]

@@ -12,7 +12,7 @@ import logging
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -160,8 +160,8 @@ def op_name(func_name: str) -> str:
 
 @native_log_to_logging()
 def layered_module(model, config=None):
-    """The layered form of a :class:`~tvm_hetero.Model`'s module, computed once per model and
-    preparation config.
+    """The layered form of a :class:`~tvm_hetero.Model`'s module, every layer in the CPU forms
+    of `config`, computed once per model and preparation config.
 
     Parameters
     ----------
@@ -169,18 +169,65 @@ def layered_module(model, config=None):
     config : PrepareConfig, optional
         The preparation options (by default the host CPU's: ``PrepareConfig.for_host()``);
         flows that know their device set pass ``PrepareConfig.for_devices(devices)``, so that
-        their layers are those a build for that set has.
+        their layers are those a build for that set has. The layer names are the same for
+        every config (:func:`placed_module`).
     """
-    from .prepare import PrepareConfig, prepare
+    from .prepare import PrepareConfig
 
     if is_layered(model.mod):
         return model.mod
-    config = config or PrepareConfig.for_host()
+    return _layer_forms(model, config or PrepareConfig.for_host()).cpu_form()
+
+
+def _layer_forms(model, config):
+    """The model's :class:`~tvm_hetero.prepare.device_forms.LayerForms` for `config`, kept on
+    the model (``model._layered``, by config)."""
+    from .prepare.device_forms import LayerForms
+
     cached = model._layered if isinstance(model._layered, dict) else {}
     if config not in cached:
-        cached[config] = prepare(model.mod, config)
+        cached[config] = LayerForms(model.mod, config)
         model._layered = cached
     return cached[config]
+
+
+@native_log_to_logging()
+def placed_module(model, devices, placement):
+    """The layered form of a model in which each layer has the form of the device `placement`
+    puts it on: on a CPU the forms of ``PrepareConfig.for_devices(devices)`` (the set's widest
+    CPU: channel padding, the blocked layout, Winograd), elsewhere (a GPU) the model's own form.
+    Its layers have the names of :func:`extract_layers` for any device set; the layout
+    transforms between the forms are form kernels that run with the CPU layer they serve.
+
+    Where the forms cannot be mixed with the names kept (a model whose own graph has layout
+    transforms, or one whose fusion the forms change), every layer takes the CPU forms, with
+    one warning.
+
+    Parameters
+    ----------
+    model : Model
+    devices : DeviceSet
+        The whole device set (the CPU forms follow it, not only the devices used).
+    placement : Placement
+    """
+    from .devices import DeviceSet
+    from .prepare import PrepareConfig
+    from .prepare.device_forms import FormsMismatch
+
+    if is_layered(model.mod):
+        return model.mod
+    devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
+    forms = _layer_forms(model, PrepareConfig.for_devices(devices))
+    off_cpu = {name for name, device in placement.assignment.items()
+               if device in devices.names and devices[device].family != "cpu"}
+    try:
+        return forms.placed(off_cpu)
+    except FormsMismatch as err:
+        log = logger.debug if forms.warned else logger.warning
+        forms.warned = True
+        log("%s: every layer runs the CPU forms (their layers do not match the "
+                       "model's own form: %s)", model.name, err)
+        return forms.cpu_form()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -386,31 +433,184 @@ def _tensor_infos(ty, bounds: dict[str, int] | None = None) -> list[TensorInfo]:
     return []
 
 
-def classify_bindings(mod) -> list[tuple[Any, tuple[int, str, list[str]] | None]]:
-    """Each binding of ``main`` in program order, with ``(index, layer name, op kinds)`` when it
-    is a layer and ``None`` when it is structure (tuples, aliases, copies).
+class LayerBinding(NamedTuple):
+    """What :func:`classify_bindings` says of a binding that calls a kernel."""
+
+    index: int  # the layer's position in program order
+    name: str  # the layer's name
+    op_kinds: list[str]
+    # a form kernel: a layout transform that a CPU form added (no layer of its own); `name`
+    # and `index` are those of the layer it serves, whose device runs it
+    form_kernel: bool = False
+
+
+def classify_bindings(mod) -> list[tuple[Any, LayerBinding | None]]:
+    """Each binding of ``main`` in program order, with its :class:`LayerBinding` when it calls
+    a kernel and ``None`` when it is structure (tuples, aliases, copies).
 
     This is the one place that decides which bindings are layers and what they are called, so
-    that :func:`extract_layers` and the :class:`~tvm_hetero.AnnotateDevice` pass agree.
+    that :func:`extract_layers` and the :class:`~tvm_hetero.AnnotateDevice` pass agree. A layer
+    is named by its anchor op and that op's ordinal (``conv2d_3``). Form kernels (the layout
+    transforms of the CPU forms, :mod:`tvm_hetero.prepare.device_forms`, and a slice with
+    elementwise ops after one of them: where no transform is between them, they fuse into
+    the convolution) are
+    no layer and number nothing, so that a layer has one name whatever the forms around it; each goes with
+    the layer it serves, on the blocked side: a transform into the blocked layout with its
+    first consumer, one out of it with its producer.
     """
     import tvm
     from tvm import relax
 
+    from .prepare.device_forms import is_form_kernel
+
     call_tir = tvm.ir.Op.get("relax.call_tir")
-    counts: Counter = Counter()
-    out = []
+    out: list = []
+    forms: list[int] = []  # positions in `out` of the form kernels
+    anchors: dict[int, str] = {}  # position in `out` of a layer -> its anchor op
     for binding in main_bindings(mod):
         value = binding.value
         if isinstance(value, relax.Call) and value.op.same_as(call_tir):
             func = mod[value.args[0]]
             kinds = _op_kinds_of(func, value.args[0].name_hint)
-            anchor = _anchor_op(func, kinds)
-            index = sum(1 for _, info in out if info is not None)
-            out.append((binding, (index, f"{anchor}_{counts[anchor]}", kinds)))
-            counts[anchor] += 1
+            if is_form_kernel(func) or (kinds[0] == "strided_slice"
+                                        and not any(k in _KIND_BY_OP for k in kinds)
+                                        and _reads_form_kernel(value, out, forms)):
+                # (a slice after a transform out of the blocked layout, with the elementwise
+                # ops after it: the slice of padded channels and the convolution's epilogue,
+                # or the model's own slice, which fuse into the convolution when no
+                # transform is between them)
+                forms.append(len(out))
+                out.append((binding, LayerBinding(-1, "", kinds, True)))
+                continue
+            index = len(anchors)
+            anchors[len(out)] = _anchor_op(func, kinds)
+            out.append((binding, LayerBinding(index, "", kinds)))
         else:
             out.append((binding, None))
+    counts: Counter = Counter()
+    for i in _dataflow_order(mod, out, anchors):
+        anchor = anchors[i]
+        out[i] = (out[i][0], out[i][1]._replace(name=f"{anchor}_{counts[anchor]}"))
+        counts[anchor] += 1
+    if forms:
+        _assign_form_kernels(out, forms)
     return out
+
+
+def _reads_form_kernel(call, out: list, forms: list[int]) -> bool:
+    """Whether a ``call_tir``'s first argument is the output of a form kernel in `out`."""
+    args = call.args[1].fields
+    return bool(args) and any(out[i][0].var.same_as(args[0]) for i in forms)
+
+
+def _dataflow_order(mod, out: list, anchors: dict[int, str]) -> list[int]:
+    """The positions of the layers in `out` in the order that names them: depth first from
+    ``main``'s result, each call's arguments in order, a layer after the layers it reads
+    (post-order); layers nothing returned reads, after, in program order. Fusion emits a
+    fused group where its last op was, so program order can differ between the forms of one
+    model (a residual block's shortcut before or after its second convolution); this order
+    is the dataflow's own."""
+    import tvm
+    from tvm import relax
+
+    position = {binding.var: i for i, (binding, _) in enumerate(out)}
+    main = mod["main"]
+    result = main.body.body if isinstance(main.body, relax.SeqExpr) else main.body
+    order: list[int] = []
+    done: set[int] = set()
+
+    def reads(expr) -> list:
+        """The expressions `expr` reads, in order."""
+        if isinstance(expr, relax.Var):
+            i = position.get(expr)
+            return [] if i is None else [out[i][0].value]
+        if isinstance(expr, relax.Tuple):
+            return list(expr.fields)
+        if isinstance(expr, relax.TupleGetItem):
+            return [expr.tuple_value]
+        if isinstance(expr, relax.Call):
+            return list(expr.args)
+        if isinstance(expr, relax.SeqExpr):
+            return [expr.body]
+        if isinstance(expr, relax.If):
+            return [expr.cond, expr.true_branch, expr.false_branch]
+        return []
+
+    # iterative post-order over bindings (a model may have thousands of layers)
+    stack: list = [(result, False)]
+    while stack:
+        expr, expanded = stack.pop()
+        i = position.get(expr) if isinstance(expr, relax.Var) else None
+        if i is not None:
+            if i in done:
+                continue
+            if expanded:
+                done.add(i)
+                if i in anchors:
+                    order.append(i)
+                continue
+            stack.append((expr, True))
+            stack.extend((e, False) for e in reversed(reads(out[i][0].value)))
+        elif not isinstance(expr, (tvm.ir.GenericConst, relax.ExternFunc)):
+            stack.extend((e, False) for e in reversed(reads(expr)))
+    order += [i for i in sorted(anchors) if i not in done]
+    return order
+
+
+def _assign_form_kernels(out: list, forms: list[int]) -> None:
+    """Give each form kernel in `out` (:func:`classify_bindings`) the layer it serves."""
+    from tvm import relax
+
+    position = {binding.var: i for i, (binding, _) in enumerate(out)}
+    users: dict = {}
+    for i, (binding, _) in enumerate(out):
+        for var in relax.analysis.free_vars(binding.value):
+            users.setdefault(var, []).append(i)
+
+    def layer_at(i, seen) -> LayerBinding | None:
+        """The layer of the binding at `i`, following form kernels and structure."""
+        if i in seen:
+            return None
+        seen.add(i)
+        binding, info = out[i]
+        if info is not None and not info.form_kernel:
+            return info
+        if info is not None and info.name:  # a form kernel already assigned
+            return info
+        return None
+
+    def producer(i, seen):
+        binding, _ = out[i]
+        for var in relax.analysis.free_vars(binding.value):
+            j = position.get(var)
+            if j is None:
+                continue
+            found = layer_at(j, seen) or producer(j, seen)
+            if found is not None:
+                return found
+        return None
+
+    def consumer(i, seen):
+        for j in users.get(out[i][0].var, []):
+            found = layer_at(j, seen) or consumer(j, seen)
+            if found is not None:
+                return found
+        return None
+
+    def rank(ty) -> int:
+        return len(ty.shape) if isinstance(ty, relax.TensorType) and ty.shape is not None \
+            else 0
+
+    for i in forms:
+        binding, info = out[i]
+        args = binding.value.args[1].fields
+        blocking = bool(args) and rank(binding.var.ty) > rank(args[0].ty)
+        sides = (consumer, producer) if blocking else (producer, consumer)
+        owner = sides[0](i, set()) or sides[1](i, set())
+        if owner is None:  # a model of nothing but a transform: its first layer, if any
+            owner = next((o for _, o in out if o is not None and not o.form_kernel), None)
+        if owner is not None:
+            out[i] = (binding, info._replace(index=owner.index, name=owner.name))
 
 
 def _op_kinds_of(func, gv_name: str) -> list[str]:
@@ -487,10 +687,10 @@ def extract_layers(mod, config=None) -> list[Layer]:
         return list(dict.fromkeys(preds)), list(dict.fromkeys(inputs))
 
     for binding, info in classify_bindings(mod):
-        if info is None:
+        if info is None or info.form_kernel:  # structure, or a form's layout transform
             producers[binding.var], carried[binding.var] = sources(binding.value)
             continue
-        index, name, kinds = info
+        index, name, kinds = info.index, info.name, info.op_kinds
         call = binding.value
         gv = call.args[0]
         func = mod[gv]

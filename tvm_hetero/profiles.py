@@ -144,8 +144,8 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
     progress : callable, optional
         Called with a message per device (the CLI shows it).
     """
-    from .layers import bounded_kernel, layered_module, upper_bounds
-    from .prepare import PrepareConfig
+    from .layers import bounded_kernel, extract_layers, placed_module, upper_bounds
+    from .placement import Placement
 
     model_fp, devices_fp = model.fingerprint(), devices.fingerprint()
     if path:
@@ -154,14 +154,17 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
             logger.info("reusing the profile in %s", path)
             return found
     devices.check_runtime()
-    mod = layered_module(model, PrepareConfig.for_devices(devices))
-    bounds = upper_bounds(mod)  # shapes that depend on input values: timed at their bounds
     layer_ms: dict[str, dict[str, float]] = {layer.name: {} for layer in layers}
     for device in devices:
         if progress:
             progress(f"profiling {len(layers)} layers on {device.name}")
+        # each layer in the form of the device (its kernel differs, its name does not)
+        mod = placed_module(model, devices, Placement.all_on(layers, device.name))
+        bounds = upper_bounds(mod)  # shapes that depend on input values: timed at their bounds
         cache: dict[str, float] = {}
-        for layer in layers:
+        for layer in extract_layers(mod):
+            if layer.name not in layer_ms:
+                continue
             if layer.func_name not in cache:
                 func = bounded_kernel(mod[mod.get_global_var(layer.func_name)], bounds)
                 cache[layer.func_name] = time_kernel(*kernel_for(func, device), device)

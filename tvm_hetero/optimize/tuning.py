@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from ..devices import DeviceSet, host_num_cores
 from ..errors import BuildError, HeteroError, error_message
 from ..frontend import load_model
-from ..layers import extract_layers, layered_module
+from ..layers import extract_layers, placed_module
 from ..ops.winograd import is_winograd
 from ..prepare import PrepareConfig
 from ..placement import Placement
@@ -294,9 +294,9 @@ def _heaviest(kernels, device, share):
 
 def _kernels_by_device(model, placement, devices):
     """``{device name: [(func name, func, calls)]}`` for the kernels the placement runs."""
-    mod = layered_module(model, PrepareConfig.for_devices(devices))
+    placement.validate(extract_layers(model, PrepareConfig.for_devices(devices)), devices)
+    mod = placed_module(model, devices, placement)  # each layer in its device's form
     layers = extract_layers(mod)
-    placement.validate(layers, devices)
     calls: dict[str, Counter] = {}
     for layer in layers:
         calls.setdefault(placement[layer.name], Counter())[layer.func_name] += 1

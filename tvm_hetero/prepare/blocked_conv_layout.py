@@ -177,10 +177,15 @@ class BlockedConvLayout:
     Parameters
     ----------
     config : PrepareConfig
+    keeps : callable, optional
+        ``call -> bool``: the convolutions that keep the model's layout (those of layers on a
+        device that is no CPU, :mod:`.device_forms`); they neither go blocked nor count
+        towards the thresholds above.
     """
 
-    def __init__(self, config: PrepareConfig):
+    def __init__(self, config: PrepareConfig, keeps=None):
         self.config = config
+        self.keeps = keeps or (lambda call: False)
         self._depthwise: list = []  # the weights of the depthwise convolutions to block
 
     def _layout_of(self, call):
@@ -188,6 +193,8 @@ class BlockedConvLayout:
         if call.op.name != "relax.nn.conv2d":
             return {}
         attrs, lanes = call.attrs, self.config.block_lanes
+        if self.keeps(call):
+            return {"relax.nn.conv2d": [str(attrs.data_layout), str(attrs.kernel_layout)]}
         if any(call.args[1].same_as(weight) for weight in self._depthwise):
             return {"relax.nn.conv2d": list(conv2d_nchwc.depthwise_layouts(lanes))}
         stem = stem_channels(call, lanes)
@@ -201,14 +208,16 @@ class BlockedConvLayout:
         config = self.config
         if not config.blocked_layout:
             return mod
-        convs = _conv_calls(mod)
+        convs = [call for call in _conv_calls(mod) if not self.keeps(call)]
         flops = sum(conv2d_flops(call) for call in convs)
         if flops == 0:
             return mod
         winograd = any(runs_as_winograd(call, config) for call in convs
                        if isinstance(call.args[1], tvm.ir.GenericConst))
         clipped = ConstantsAtFullRank()(ClipAsMinMax()(mod))
-        self._depthwise = depthwise_beside_blocked(clipped, config.block_lanes) \
+        kept = {call.args[1] for call in _conv_calls(mod) if self.keeps(call)}
+        self._depthwise = [weight for weight in depthwise_beside_blocked(
+            clipped, config.block_lanes) if weight not in kept] \
             if config.blocked_depthwise else []
         if flops < config.blocked_min_model_flops and not winograd and not self._depthwise:
             logger.info("convolutions stay NCHW: %.0f MFLOP of them, the blocked layout pays "

@@ -109,6 +109,14 @@ class PrepareConfig:
         return replace(config, **overrides)
 
     @classmethod
+    def model_form(cls, **overrides) -> "PrepareConfig":
+        """The configuration of the model's own form, for a device that is no CPU (a GPU):
+        no channel padding, no blocked layout, no Winograd, no pixel padding; the layers of a
+        placement on such devices are prepared so (:mod:`~tvm_hetero.prepare.device_forms`)."""
+        return replace(cls(channel_lanes=1, blocked_layout=False, winograd=False,
+                           grouped_pixels=False), **overrides)
+
+    @classmethod
     def for_host(cls, **overrides) -> "PrepareConfig":
         """The configuration for the host CPU (the device ``cpu``)."""
         from ..devices import host_target_dict

@@ -14,7 +14,7 @@ from ..ops import conv2d_nchwc, grouped_conv1x1, winograd
 from .config import PrepareConfig
 
 
-def conv2d_legalizer(config: PrepareConfig):
+def conv2d_legalizer(config: PrepareConfig, keeps=None):
     """The ``LegalizeOps`` function for ``relax.nn.conv2d`` under `config`.
 
     Blocked-layout convolutions (``NCHW[x]c`` data and output, ``OIHW[x]i[y]o`` weight: TVM's
@@ -27,7 +27,8 @@ def conv2d_legalizer(config: PrepareConfig):
     (``config.grouped_pixels``) become
     :func:`tvm_hetero.ops.grouped_conv1x1.grouped_conv2d_1x1` with the pixels padded to
     ``config.channel_lanes``; other NCHW and NHWC ones go to TVM's legalization; other layouts
-    raise :class:`ModelError`.
+    raise :class:`ModelError`. `keeps` (``call -> bool``, optional) names the convolutions that
+    keep the model's form (:mod:`.device_forms`): TVM's legalization, whatever `config` says.
     """
 
     def legalize(bb, call):
@@ -36,6 +37,7 @@ def conv2d_legalizer(config: PrepareConfig):
                              str(attrs.out_layout))
         if len(data) == 4 and len(kernel) == 4:
             if config.grouped_pixels and (data, kernel, out) == ("NCHW", "OIHW", "NCHW") \
+                    and not (keeps is not None and keeps(call)) \
                     and grouped_conv1x1.fits(call.args[0].ty.shape, call.args[1].ty.shape,
                                              int(attrs.groups), attrs.strides, attrs.padding,
                                              attrs.dilation, (call.args[0].ty.dtype,

@@ -13,14 +13,17 @@ _CONV = tvm.ir.Op.get("relax.nn.conv2d")
 
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
-    def __init__(self, mod, lanes: int, max_waste: float):
+    def __init__(self, mod, lanes: int, max_waste: float, keeps=None):
         super().__init__(mod)
         self.lanes = lanes
         self.max_waste = max_waste
+        self.keeps = keeps
 
     def visit_call_(self, call):
+        kept = self.keeps is not None and call.op.same_as(_CONV) and self.keeps(call)
         call = super().visit_call_(call)
-        if not call.op.same_as(_CONV) or not isinstance(call.args[1], tvm.ir.GenericConst):
+        if kept or not call.op.same_as(_CONV) \
+                or not isinstance(call.args[1], tvm.ir.GenericConst):
             return call
         attrs = call.attrs
         if int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" \
@@ -51,11 +54,15 @@ class PadConvChannels:
         The multiple to pad to (the target's fp32 vector lanes).
     max_waste : float
         The most padding, as a fraction of the channels.
+    keeps : callable, optional
+        ``call -> bool``: the convolutions that keep the model's form (padded nothing: their
+        layers run on a device that is no CPU, :mod:`.device_forms`).
     """
 
-    def __init__(self, lanes: int, max_waste: float):
+    def __init__(self, lanes: int, max_waste: float, keeps=None):
         self.lanes = int(lanes)
         self.max_waste = float(max_waste)
+        self.keeps = keeps
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_functions(mod, _Rewriter(mod, self.lanes, self.max_waste))
+        return rewrite_functions(mod, _Rewriter(mod, self.lanes, self.max_waste, self.keeps))

@@ -3,9 +3,11 @@
 
 Two phases, each a named ``tvm.transform.Sequential``:
 
-- the graph phase (:func:`graph_phase`), on Relax ops: inference-only forms out, constants
-  folded, then the convolutions reshaped for the CPU rules (merged, padded to whole vectors,
-  blocked) as the :class:`~tvm_hetero.prepare.PrepareConfig` says;
+- the graph phase (:func:`graph_phase`), on Relax ops: the model's part (:func:`model_phase`:
+  inference-only forms out, constants folded, 1-D convolutions as 2-D, concatenated ones
+  merged), then the forms' part (:func:`form_phase`: the convolutions reshaped for the CPU
+  rules, padded to whole vectors and blocked, as the :class:`~tvm_hetero.prepare.PrepareConfig`
+  says, for the convolutions whose layers run on a CPU: :mod:`.device_forms`);
 - the lowering phase (:func:`lowering_phase`), in the target's context: every op legalized to
   TIR (blocked convolutions to :mod:`tvm_hetero.ops`), then fused into one PrimFunc per layer.
 """
@@ -19,16 +21,17 @@ from .config import PrepareConfig
 logger = logging.getLogger(__name__)
 
 
-def graph_phase(config: PrepareConfig):
-    """The graph phase's passes, as one ``Sequential`` named ``tvm_hetero.PrepareGraph``."""
+def model_phase(config: PrepareConfig):
+    """The graph phase's first part, the same whatever the devices, as one ``Sequential``
+    named ``tvm_hetero.PrepareModel``: inference-only forms out, constants folded, 1-D
+    convolutions as 2-D ones, concatenated convolutions merged. Its result is the graph the
+    per-device forms (:mod:`.device_forms`) start from."""
     import tvm
     from tvm import relax
 
-    from .blocked_conv_layout import BlockedConvLayout
     from .conv1d_as_conv2d import Conv1dAsConv2d
     from .drop_dropout import DropDropout
     from .merge_concatenated_convs import MergeConcatenatedConvs
-    from .pad_conv_channels import PadConvChannels
     from .simplify_stack_sum import SimplifyStackSum
 
     t = relax.transform
@@ -43,35 +46,90 @@ def graph_phase(config: PrepareConfig):
         t.FoldConstant(),
         # 1-D convolutions as 2-D ones of height 1, for the 2-D rules and layout
         *([Conv1dAsConv2d(), t.CanonicalizeBindings()] if config.conv1d_as_conv2d else []),
-        # convolutions for the CPU rules: parallel ones of one input merged, output channels
-        # padded to whole vectors, the blocked layout where the model's convolutions pay for it
+        # parallel convolutions of one input whose outputs a Concat joins: one convolution
         MergeConcatenatedConvs(),
-        PadConvChannels(config.channel_lanes, config.channel_pad_waste),
         t.DeadCodeElimination(),
-        BlockedConvLayout(config),
-    ], name="tvm_hetero.PrepareGraph")
+    ], name="tvm_hetero.PrepareModel")
 
 
-def lowering_phase(config: PrepareConfig):
+def form_phase(config: PrepareConfig, keeps=None):
+    """The graph phase's second part, the CPU forms of the convolutions, as one ``Sequential``
+    named ``tvm_hetero.PrepareForms``: output channels padded to whole vectors, the blocked
+    layout (and Winograd, chosen at legalization) where the model's convolutions pay for it.
+
+    `keeps` (``call -> bool``, optional) names the convolutions that keep the model's form
+    (those of layers placed on a device that is no CPU: :mod:`.device_forms`); by default
+    every convolution may take the CPU forms."""
+    import tvm
+    from tvm import relax
+
+    from .blocked_conv_layout import BlockedConvLayout
+    from .pad_conv_channels import PadConvChannels
+
+    return tvm.transform.Sequential([
+        PadConvChannels(config.channel_lanes, config.channel_pad_waste, keeps),
+        relax.transform.DeadCodeElimination(),
+        BlockedConvLayout(config, keeps),
+    ], name="tvm_hetero.PrepareForms")
+
+
+def graph_phase(config: PrepareConfig):
+    """The graph phase's passes (:func:`model_phase`, then :func:`form_phase` for every
+    convolution), as one ``Sequential`` named ``tvm_hetero.PrepareGraph``."""
+    import tvm
+
+    return tvm.transform.Sequential([model_phase(config), form_phase(config)],
+                                    name="tvm_hetero.PrepareGraph")
+
+
+def fusing_passes(config: PrepareConfig, keeps=None) -> list:
+    """The lowering phase up to and including ``FuseOps``: every op legalized to a TIR kernel
+    (blocked convolutions to :mod:`tvm_hetero.ops`; `keeps` as in :func:`form_phase`),
+    constants computed by kernels folded, the fused groups formed (Relax functions)."""
+    from tvm import relax
+
+    from .legalize import conv2d_legalizer
+
+    t = relax.transform
+    return [t.LegalizeOps({"relax.nn.conv2d": conv2d_legalizer(config, keeps)}),
+            t.AnnotateTIROpPattern(), t.FoldConstant(), t.FuseOps()]
+
+
+def lowering_phase(config: PrepareConfig, keeps=None):
     """The lowering phase's passes, as one ``Sequential`` named ``tvm_hetero.PrepareLowering``
     (run it in a target's context)."""
     import tvm
     from tvm import relax
 
-    from .legalize import conv2d_legalizer
     from .op_kinds import FuseTIRKeepingOpKinds
 
-    t = relax.transform
     return tvm.transform.Sequential([
-        # every op to a TIR kernel; constants computed by kernels folded
-        t.LegalizeOps({"relax.nn.conv2d": conv2d_legalizer(config)}),
-        t.AnnotateTIROpPattern(),
-        t.FoldConstant(),
+        # every op to a TIR kernel; constants computed by kernels folded; fused groups
+        *fusing_passes(config, keeps),
         # one PrimFunc per layer, the ops it fuses kept on it
-        t.FuseOps(),
         FuseTIRKeepingOpKinds(),
-        t.DeadCodeElimination(),
+        relax.transform.DeadCodeElimination(),
     ], name="tvm_hetero.PrepareLowering")
+
+
+def finish(mod, layouts_in_model: bool):
+    """The end of every preparation, on a lowered module: the layout transforms that the CPU
+    forms added are marked form kernels (:func:`~tvm_hetero.prepare.device_forms.
+    mark_form_kernels`: no layer of their own) unless the model's own graph had layout
+    transforms (`layouts_in_model`), and every tensor ``main`` returns is a layer's output
+    (:class:`~.layer_outputs.CopyOutputsToLayers`)."""
+    from ..errors import ModelError
+    from ..layers import unlowered_calls
+    from .device_forms import mark_form_kernels
+    from .layer_outputs import CopyOutputsToLayers
+
+    left = unlowered_calls(mod)
+    if left:  # TVM legalized nothing for them (a layout it has no lowering for, say)
+        raise ModelError(f"cannot lower {', '.join(sorted(set(left)))} to TIR kernels with "
+                         "TVM's legalization (unsupported attributes or layout)")
+    if not layouts_in_model:
+        mod = mark_form_kernels(mod)
+    return CopyOutputsToLayers()(mod)
 
 
 def prepare(mod, config: PrepareConfig | None = None, target=None):
@@ -113,18 +171,13 @@ def prepare(mod, config: PrepareConfig | None = None, target=None):
     import tvm
 
     from ..devices import host_target_dict
-    from ..errors import ModelError
-    from ..layers import unlowered_calls
+    from .device_forms import has_layout_transforms
 
     config = config or PrepareConfig.for_host()
     target = target or tvm.target.Target(host_target_dict())
-    mod = graph_phase(config)(mod)
+    mod = model_phase(config)(mod)
+    layouts_in_model = has_layout_transforms(mod)
+    mod = form_phase(config)(mod)
     with target:
         mod = lowering_phase(config)(mod)
-    left = unlowered_calls(mod)
-    if left:  # TVM legalized nothing for them (a layout it has no lowering for, say)
-        raise ModelError(f"cannot lower {', '.join(sorted(set(left)))} to TIR kernels with "
-                         "TVM's legalization (unsupported attributes or layout)")
-    from .layer_outputs import CopyOutputsToLayers
-
-    return CopyOutputsToLayers()(mod)
+    return finish(mod, layouts_in_model)
