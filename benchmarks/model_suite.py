@@ -13,6 +13,9 @@ Prints the ratio tvm_hetero / onnxruntime per model, the geometric mean and the 
 (``compiled.stats.rules`` None: TVM's default loops), by layer kind and fused ops, and (unless
 --no-kernel-times) each kernel timed alone under the rules the build chose
 (``tvm_hetero.profiles.kernel_for``), summed per kernel class, to attribute the time.
+For the models whose weights exceed the last-level cache (a decode step: every weight read
+from memory once per call) it prints the weight bytes per millisecond of each runtime (GB/s)
+beside the copy bandwidth ``tvm-hetero devices`` measures (``profiles.measure_transfer``).
 Models: ``benchmarks/suite_models.py``.
 
 With ``--tune-trials N --tuning-db DIR`` each model's all-on-device placement is first tuned
@@ -45,7 +48,7 @@ from suite_models import SUITE, ort_cpu_session, suite_case  # noqa: E402
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
 from tvm_hetero.layers import layered_module  # noqa: E402
-from tvm_hetero.profiles import kernel_for, time_kernel  # noqa: E402
+from tvm_hetero.profiles import kernel_for, measure_transfer, time_kernel  # noqa: E402
 from tvm_hetero.testing import max_relative_error  # noqa: E402
 
 TOLERANCE = 1e-3  # max |ours - ort| / max |ort| over the outputs
@@ -61,6 +64,53 @@ def cpu_name() -> str:
     except OSError:
         pass
     return "unknown CPU"
+
+
+def last_level_cache_bytes() -> int | None:
+    """The largest data cache of CPU 0 (sysfs: its L3 slice, not the whole package's), else
+    the C library's L3 size, else None."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    best = None
+    try:
+        indexes = [name for name in os.listdir(base) if name.startswith("index")]
+    except OSError:
+        indexes = []
+    for index in indexes:
+        path = os.path.join(base, index)
+        try:
+            with open(os.path.join(path, "type")) as kind, \
+                    open(os.path.join(path, "size")) as size:
+                if kind.read().strip() == "Instruction":
+                    continue
+                text = size.read().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            value = int(text.rstrip("KMG")) * scale
+        except (OSError, ValueError):
+            continue
+        best = value if best is None else max(best, value)
+    if best is None:
+        try:
+            best = os.sysconf("SC_LEVEL3_CACHE_SIZE") or None
+        except (ValueError, OSError):
+            best = None
+    return best
+
+
+def weight_bytes(proto) -> int:
+    """Bytes of the model's initializers (its weights and constants)."""
+    from onnx import helper
+
+    total = 0
+    for init in proto.graph.initializer:
+        count = math.prod(init.dims)
+        total += count * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+    return total
+
+
+def copy_bandwidth_gbs(device, tries: int = 3) -> float:
+    """The copy bandwidth ``tvm-hetero devices`` reports for one device (a device-to-itself
+    copy fitted over 4 KiB..16 MiB, ``profiles.measure_transfer``): the best of `tries`."""
+    return max(measure_transfer(device, device).bandwidth_gbs for _ in range(tries))
 
 
 def ratio_summary(ratios: dict[str, float]) -> str:
@@ -160,6 +210,7 @@ def prepare(name, device_set, kernel_times, args):
                             klass=kernel_class(layer, rule), ms=ms))
     return dict(name=name, model=model, compiled=compiled, inputs=inputs, session=session,
                 feed=feed, ort_ops=ort_ops, error=error, build_s=build_s, kernels=kernels,
+                weight_bytes=weight_bytes(proto),
                 tuned=tuned, tune_s=tune_s,
                 trials=sum(c.trials for c in summary.choices) if summary else 0,
                 tuned_kernels=sum(c.use_tuned or c.use_choices for c in summary.choices)
@@ -266,6 +317,9 @@ def main() -> None:
                 row["tuned_ms"] = min(row["tuned_ms"], row["tuned"].benchmark(
                     row["inputs"], repeat=repeat).median)
 
+    copy_gbs = copy_bandwidth_gbs(device_set.devices[0]) if rows else None
+    llc = last_level_cache_bytes()
+
     tuned_head = f"{'tuned ms':>10}{'tuned/ort':>10}{'trials':>8}{'tuned k.':>9}{'tune s':>8}" \
         if args.tuning_db else ""
     print(f"\n{'model':<20}{'ort ms':>10}{'ours ms':>10}{'ours/ort':>10}{tuned_head}{'layers':>8}"
@@ -298,6 +352,18 @@ def main() -> None:
     if tuned_ratios:
         print(f"tuned: {ratio_summary(tuned_ratios)}; {sum(r['trials'] for r in rows)} trials "
               f"in the database, {sum(r['tune_s'] for r in rows):.0f} s of tuning")
+    streaming = [row for row in rows if llc is None or row["weight_bytes"] > llc]
+    if streaming:
+        cache = f"{llc / 2**20:.0f} MiB" if llc else "unknown"
+        print(f"\nWeights beyond the last-level cache ({cache}): weight bytes per ms (GB/s); "
+              f"copy bandwidth (tvm-hetero devices) {copy_gbs:.1f} GB/s")
+        print(f"  {'model':<20}{'weights MB':>11}{'ours GB/s':>11}{'ort GB/s':>10}"
+              f"{'ours/copy':>11}")
+        for row in streaming:
+            ours_gbs = row["weight_bytes"] / row["ours_ms"] / 1e6
+            ort_gbs = row["weight_bytes"] / row["ort_ms"] / 1e6
+            print(f"  {row['name']:<20}{row['weight_bytes'] / 1e6:>11.1f}{ours_gbs:>11.1f}"
+                  f"{ort_gbs:>10.1f}{ours_gbs / copy_gbs:>11.2f}")
 
     print("\nKernel census: kernels with no rule (TVM default loops), by class")
     census = defaultdict(lambda: {"models": set(), "layers": 0, "ms": 0.0})
@@ -347,8 +413,9 @@ def main() -> None:
 
     if args.json:
         keys = ("name", "ort_ms", "ours_ms", "error", "build_s", "ort_ops", "kernels",
-                "tuned_ms", "trials", "tuned_kernels", "tune_s")
+                "tuned_ms", "trials", "tuned_kernels", "tune_s", "weight_bytes")
         out = {"cpu": cpu_name(), "target": target, "threads": threads,
+               "copy_gbs": copy_gbs, "last_level_cache_bytes": llc,
                "onnxruntime": ort.__version__, "tolerance": TOLERANCE, "failures": failures,
                "models": [{key: row[key] for key in keys} for row in rows]}
         with open(args.json, "w") as handle:

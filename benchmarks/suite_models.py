@@ -337,6 +337,112 @@ def recurrent(op_type: str, seq: int = 32, features: int = 256, hidden: int = 51
             {"x": _normal([seq, 1, features])})
 
 
+def llama_decode(d: int = 1024, heads: int = 16, ffn: int = 2816, layers: int = 2,
+                 past: int = 127):
+    """A LLaMA-style decode step: batch 1, one token [1, 1, d]; per layer RMS norm through
+    Pow / ReduceMean / Add eps / Sqrt / Div and a weight Mul, rotary embedding on q and k
+    through Slice / Neg / Concat with cos/sin inputs, a KV cache of `past` positions per layer
+    as inputs joined with the new K/V by Concat, softmax attention over `heads` heads, SwiGLU
+    (x * Sigmoid(x) gate times up, then down); a final RMS norm. No embedding table or LM
+    head: 2 layers are 101 MB of fp32 weights (d 1024, FFN 2816), far beyond the caches.
+    Outputs the hidden state and each layer's new K and V ([1, heads, past + 1, d / heads])."""
+    g = GraphBuilder(seed=7)
+    dh = d // heads
+    half = dh // 2
+
+    def rms_norm(x):
+        mean = g.op("ReduceMean", [g.op("Pow", [x, g.scalar(2.0)])], axes=[-1], keepdims=1)
+        inv = g.op("Div", [g.scalar(1.0), g.op("Sqrt", [g.op("Add", [mean, g.scalar(1e-6)])])])
+        scale = g.const((1.0 + g.rng.standard_normal(d) * 0.05).astype(np.float32), "rms")
+        return g.op("Mul", [g.op("Mul", [x, inv]), scale])
+
+    def matmul(x, fin, fout):
+        return g.op("MatMul", [x, g.weight([fin, fout], fan_in=fin)])
+
+    def heads_of(t):  # [1, 1, d] -> [1, heads, 1, dh]
+        return g.op("Transpose", [g.op("Reshape", [t, g.ints([1, 1, heads, dh])])],
+                    perm=[0, 2, 1, 3])
+
+    def rotary(t):  # t * cos + rotate_half(t) * sin on [1, heads, 1, dh]
+        first = g.op("Slice", [t, g.ints([0]), g.ints([half]), g.ints([3])])
+        second = g.op("Slice", [t, g.ints([half]), g.ints([dh]), g.ints([3])])
+        rotated = g.op("Concat", [g.op("Neg", [second]), first], axis=3)
+        return g.op("Add", [g.op("Mul", [t, "cos"]), g.op("Mul", [rotated, "sin"])])
+
+    x = "x"
+    inputs = [_float_input("x", [1, 1, d]), _float_input("cos", [1, 1, 1, dh]),
+              _float_input("sin", [1, 1, 1, dh])]
+    rng = np.random.default_rng(11)
+    angles = past * 10000.0 ** (-np.arange(half) / half)
+    angles = np.concatenate([angles, angles]).reshape(1, 1, 1, dh)
+    feed = {"x": _normal([1, 1, d], 5), "cos": np.cos(angles).astype(np.float32),
+            "sin": np.sin(angles).astype(np.float32)}
+    outputs = []
+    for layer in range(layers):
+        h = rms_norm(x)
+        q = rotary(heads_of(matmul(h, d, d)))
+        k = rotary(heads_of(matmul(h, d, d)))
+        v = heads_of(matmul(h, d, d))
+        past_k, past_v = f"past_key_{layer}", f"past_value_{layer}"
+        inputs += [_float_input(past_k, [1, heads, past, dh]),
+                   _float_input(past_v, [1, heads, past, dh])]
+        feed[past_k] = rng.standard_normal([1, heads, past, dh]).astype(np.float32)
+        feed[past_v] = rng.standard_normal([1, heads, past, dh]).astype(np.float32)
+        keys = g.op("Concat", [past_k, k], axis=2)  # [1, heads, past + 1, dh]
+        values = g.op("Concat", [past_v, v], axis=2)
+        outputs += [keys, values]
+        scores = g.op("MatMul", [q, g.op("Transpose", [keys], perm=[0, 1, 3, 2])])
+        scores = g.op("Div", [scores, g.scalar(math.sqrt(dh))])
+        context = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), values])
+        context = g.op("Reshape", [g.op("Transpose", [context], perm=[0, 2, 1, 3]),
+                                   g.ints([1, 1, d])])
+        x = g.op("Add", [x, matmul(context, d, d)])
+        h = rms_norm(x)
+        gate = matmul(h, d, ffn)
+        up = matmul(h, d, ffn)
+        x = g.op("Add", [x, matmul(g.op("Mul", [g.silu(gate), up]), ffn, d)])
+    out = rms_norm(x)
+    return g.model("llama_decode", inputs, [out] + outputs), feed
+
+
+def yolo_detector(size: int = 160, classes: int = 20, anchors: int = 3):
+    """A small YOLO-style detector on 1x3xSIZExSIZE: SiLU convolutions (x * Sigmoid(x), the
+    convolution's output read twice), stride-2 downsampling to strides 8, 16 and 32, residual
+    blocks, an FPN neck (1x1 lateral convolutions, nearest Resize x2, Add), three heads each
+    Conv -> Reshape [1, anchors, 5 + classes, cells] -> Transpose -> Sigmoid, joined by Concat
+    into [1, anchors, cells over the three scales, 5 + classes]."""
+    g = GraphBuilder(seed=9)
+
+    def conv_silu(x, cin, cout, k, stride=1):
+        return g.silu(g.conv(x, cin, cout, k, stride=stride))
+
+    def residual(x, c):
+        return g.op("Add", [x, conv_silu(conv_silu(x, c, c // 2, 1), c // 2, c, 3)])
+
+    def up(x):
+        return g.op("Resize", [x, "", g.const(np.array([1, 1, 2, 2], np.float32))],
+                    mode="nearest")
+
+    x = conv_silu("image", 3, 16, 3, stride=2)        # /2
+    x = residual(conv_silu(x, 16, 32, 3, stride=2), 32)   # /4
+    p3 = residual(conv_silu(x, 32, 64, 3, stride=2), 64)  # /8
+    p4 = residual(conv_silu(p3, 64, 128, 3, stride=2), 128)  # /16
+    p5 = residual(conv_silu(p4, 128, 256, 3, stride=2), 256)  # /32
+    n5 = conv_silu(p5, 256, 128, 1)
+    n4 = conv_silu(g.op("Add", [conv_silu(p4, 128, 128, 1), up(n5)]), 128, 128, 3)
+    n3 = conv_silu(g.op("Add", [conv_silu(p3, 64, 128, 1), up(n4)]), 128, 64, 3)
+    per_cell = 5 + classes
+    heads = []
+    for feature, channels, stride in ((n3, 64, 8), (n4, 128, 16), (n5, 128, 32)):
+        cells = (size // stride) ** 2
+        y = g.conv(feature, channels, anchors * per_cell, 1)
+        y = g.op("Reshape", [y, g.ints([1, anchors, per_cell, cells])])
+        heads.append(g.op("Sigmoid", [g.op("Transpose", [y], perm=[0, 1, 3, 2])]))
+    out = g.op("Concat", heads, axis=2)
+    return (g.model("yolo_detector", [_float_input("image", [1, 3, size, size])], [out]),
+            {"image": _normal([1, 3, size, size], 4)})
+
+
 def light(name: str):
     """The onnx package's light graph with seeded weights, its initializers off the input
     list."""
@@ -439,6 +545,8 @@ SUITE = {
     "unet": unet,
     "lstm": lambda: recurrent("LSTM"),
     "gru": lambda: recurrent("GRU"),
+    "llama_decode": llama_decode,
+    "yolo_detector": yolo_detector,
     **{name: (lambda name=name: light(name))
        for name in ("resnet50", "densenet121", "inception_v1", "inception_v2", "shufflenet",
                     "vgg19", "zfnet512", "bvlc_alexnet", "squeezenet")},
