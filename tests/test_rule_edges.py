@@ -165,6 +165,16 @@ def test_a_reduction_over_an_axis_of_one_with_an_epilogue(devices):
     _check_against_onnxruntime(model, devices)
 
 
+def test_a_matrix_vector_product_over_the_input_rows_is_a_dot_product_per_row(devices):
+    # a generated graph's MatMul [1, 16, 48, 68] x [68, 1] went to dlight's CPU GEMV rule, which
+    # vectorizes 128 outputs over a gather with the reduction unrolled inside: LLVM never
+    # finished compiling it (and took 23 s on a 1024 x 1024 product)
+    model = _graph([_node("MatMul", ["x", "w"], "y")], {"x": [1, 16, 48, 68]}, ["y"],
+                   {"w": [68, 1]})
+    compiled = _check_against_onnxruntime(model, devices)
+    assert set(compiled.stats.rules.values()) == {"row-reductions"}, compiled.stats.rules
+
+
 def test_a_unit_reduction_is_folded_for_every_rule():
     """What the rules are given: a reduction over one point written as the elementwise block
     it is (no init left for normalize_prim_func to keep on a block it calls spatial)."""
@@ -340,7 +350,7 @@ def _matmuls():
         n("MatMul", ["x", "w2"], "b"),  # [K, N] weight, N whole vectors: packed
         n("Gemm", ["v", "w3"], "c", transB=1),  # [output, reduction] weight, one row: GEMV
         n("MatMul", ["x3", "y3"], "d"),  # a batch of products, odd extents
-        n("Gemm", ["v", "u"], "e", transB=1),  # an [output, reduction] input: dlight's GEMV
+        n("Gemm", ["v", "u"], "e", transB=1),  # an [output, reduction] input: rows
     ], {"x": [5, 17], "v": [1, 64], "x3": [2, 7, 13], "y3": [2, 13, 9], "u": [48, 64]},
         ["a", "b", "c", "d", "e"],
         {"w1": [17, 19], "b1": [19], "w2": [17, 32], "w3": [48, 64]}))
@@ -451,7 +461,7 @@ def _kernels():
     x, w, b = (te.placeholder((1, 64), name="x"), te.placeholder((48, 64), name="w"),
                te.placeholder((48,), name="b"))
     y = topi.add(topi.matmul(x, w, transp_b=True), b)
-    # an [output, reduction] weight, a bias and a fan-out epilogue: dlight's GEMV
+    # an [output, reduction] weight, a bias and a fan-out epilogue: a dot product per row
     yield "gemv-output-reduction", kernel(["matmul", "add", "multiply"], x, w, b,
                                           topi.multiply(y, topi.sigmoid(y)))
     x = te.placeholder((5, 7), name="x")

@@ -16,7 +16,7 @@ from .cpu.depthwise_rows import DepthwiseRows
 from .cpu.grouped_pixels_1x1 import GroupedPixels1x1
 from .cpu.injective_lanes import InjectiveLanes
 from .cpu.packed_weights import tiled_fits_better
-from .cpu.row_reductions import RowReductions, reduces_only
+from .cpu.row_reductions import RowReductions, not_a_matrix_vector_product, reduces_only
 from .gpu import DlightRule, gpu_rules
 from .rule import FAMILIES, Rule
 
@@ -38,10 +38,12 @@ from .rule import FAMILIES, Rule
 # 23 reduction-chains' outputs renumbered [task, chain] where its chunks straddle rows (a race
 # and wrong answers before), reductions over a single point folded into elementwise blocks
 # before any rule (a bias inlined into a matmul of inner dimension 1 was added twice), and
-# depthwise-rows and pixel-lanes-1x1 declining the kernels they raised on):
+# depthwise-rows and pixel-lanes-1x1 declining the kernels they raised on, 24
+# matrix-vector products with [output, reduction] weights to row-reductions, not dlight's
+# GEMV rule, whose code LLVM could take minutes to compile):
 # tuned-vs-rules comparisons stored in a tuning database under another version are measured
 # again.
-RULES_VERSION = 23
+RULES_VERSION = 24
 
 
 def default_table() -> dict[tuple[str, str], list[Rule]]:
@@ -70,8 +72,8 @@ def default_table() -> dict[tuple[str, str], list[Rule]]:
         PackedMatmul(),  # a [K, N] weight parameter, N whole vectors, no batch: panels
         SplitKGemv(),  # large [reduction, output] matrix-vector products only
         Tiled(),
-        DlightRule("cpu", "GEMV", "TVM dlight CPU rule for matrix-vector products",
-                   kinds=("matmul",)),  # [output, reduction] weights, which tiled declines
+        # [output, reduction] weights, which tiled declines: a dot product per row
+        RowReductions().unless(not_a_matrix_vector_product, "not a matrix-vector product"),
         parallel,
     ]
     # windowed pools row by row; global pools (a window of its own per output) as chains

@@ -55,6 +55,29 @@ def _vectorize_partials(sch, partial, row) -> None:
     sch.vectorize(sch.get_loops(init)[-1])
 
 
+def not_a_matrix_vector_product(func, target) -> bool:
+    """True unless `func` is a matrix-vector product whose reduction runs along the matrix's
+    contiguous rows (``y[n] = sum_k W[n, k] * x[k]``, as dlight's GEMV analysis sees it): the
+    matmul table sends those to row-reductions, one dot product per row.
+
+    dlight's own CPU GEMV rule, which the table used there before, vectorizes 128 outputs over
+    a gather of the matrix's columns with the reduction unrolled inside: LLVM took 23 s to
+    compile a 1024 x 1024 product and did not finish a 768 x 68 one (a generated graph's
+    MatMul [1, 16, 48, 68] x [68, 1]); as rows they compile in 0.03 s and run faster."""
+    from tvm import s_tir
+    from tvm.s_tir.dlight.analysis import normalize_prim_func
+    from tvm.s_tir.dlight.analysis.gemv import is_gemv, normalize
+
+    del target
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    reductions = [info for info in infos or [] if not info.is_injective()]
+    if len(reductions) != 1 or len(reductions[0].iters) not in (2, 3) \
+            or is_gemv(sch, reductions[0]) is None:
+        return True
+    return not normalize(sch, reductions[0])
+
+
 def reduces_only(func, target) -> bool:
     """True when the output of `func` (its last parameter) is no wider than its reductions'
     results: a plain reduction
