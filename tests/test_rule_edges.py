@@ -657,3 +657,35 @@ def _sweep():
 def test_the_rules_compute_what_tvms_loops_compute_over_a_sweep_of_edges(case, device):
     # the host's vector width and SSE2's (4 lanes): the rules' tiles and preconditions differ
     _catalogue_rules(case, th.DeviceSet.parse([device]))
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu-generic"])
+@pytest.mark.parametrize("shape, axis, where", [
+    ([40, 32], -2, False), ([40, 32], -2, True), ([3, 100], 0, False), ([2, 48], -2, False),
+    ([85, 16], -2, False)], ids=["40x32-axis-2", "40x32-axis-2-where", "3x100-axis0",
+                                 "2x48-axis-2", "85x16-axis-2"])
+def test_a_layer_norm_over_every_axis_is_one_row_of_row_reductions(shape, axis, where, device):
+    # generated graphs (random_graph(83): LayerNormalization axis=-2 of a [40, 32] input) whose
+    # layer norm reduces every axis: its mean is a block of no loop (a 0-d buffer), and
+    # row-reductions' rfactor raised "Check failed: block_realize == old_block_realize_.get()"
+    # (85 x 16 only where the vectors are narrower than 16 lanes: the host's AVX-512 does not
+    # split a row of 16)
+    n = len(shape)
+    nodes = [_node("LayerNormalization", ["x", "s", "b"], "y", axis=axis, epsilon=1e-5)]
+    inits = {"s": shape[axis % n:], "b": shape[axis % n:]}
+    if where:  # the kernel fused_layer_norm_less_equal_where of random_graph(83)
+        inits["t"] = np.array(0.25, "float32")
+        nodes += [_node("LessOrEqual", ["x", "t"], "c"), _node("Where", ["c", "y", "x"], "o")]
+    model = _graph(nodes, {"x": shape}, ["o" if where else "y"], inits)
+    from tvm_hetero.testing import onnx_reference
+
+    compiled = th.build(model, f"all:{device}", th.DeviceSet.parse([device]))
+    feeds = _feeds(model)
+    want = onnx_reference(model, feeds)
+    runs = _runs(compiled, feeds)
+    for outputs in runs:
+        for got, expected in zip(outputs, want):
+            _assert_close(got, expected, str(compiled.stats.rules), rtol=2e-5)
+    _assert_same_every_run(runs, str(compiled.stats.rules))
+    norms = {k: r for k, r in compiled.stats.rules.items() if "layer_norm" in k}
+    assert norms and set(norms.values()) == {"row-reductions"}, compiled.stats.rules

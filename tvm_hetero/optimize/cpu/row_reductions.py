@@ -16,6 +16,19 @@ def _leading_spatial(info) -> int:
     return len(kinds) - len(kinds.lstrip("S"))
 
 
+def _loop_bare_blocks(sch) -> None:
+    """A unit loop over every block of the kernel that has no loop (a layer norm over all of
+    its input's axes: its mean, a scalar, ``x_mean[()] = x_sum[()] / n``), so that rfactor can
+    run. TVM's rfactor rebuilds the kernel's body expecting each block realize it meets
+    outside the loops it walks into to be the reduction's own (``Check failed: block_realize
+    == old_block_realize_.get()``, an internal error, not a ScheduleError): a bare block
+    beside the reduction breaks that; under a loop of its own it is passed over. The unit
+    loop is gone once lowered."""
+    for block_rv in sch.get_child_blocks(sch.get_sblock("root")):
+        if not sch.get_loops(block_rv):
+            sch.add_unit_loop(block_rv)
+
+
 def _vector_reduction(sch, block_rv, lanes: int):
     """The reduction's innermost loop split into vectors of the target's lanes (whole, half or
     quarter vectors, the first that divides it) and factored out: a vector of partial sums
@@ -30,10 +43,12 @@ def _vector_reduction(sch, block_rv, lanes: int):
         return None
     trial = sch.copy()
     try:
+        _loop_bare_blocks(trial)
         _, lane = trial.split(trial.get_loops(block_rv)[-1], [None, widths[0]])
         trial.rfactor(lane, factor_axis=0)
     except s_tir.ScheduleError:  # a reducer rfactor does not know
         return None
+    _loop_bare_blocks(sch)
     _, lane = sch.split(inner, [None, widths[0]])
     return sch.rfactor(lane, factor_axis=0)
 
