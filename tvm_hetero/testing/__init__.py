@@ -4,16 +4,23 @@
   cases, onnxruntime references, random placements, the runner's error measure;
 - :mod:`~tvm_hetero.testing.fakes`: a builder and a runner that measure nothing, for tests of
   search logic;
+- :mod:`~tvm_hetero.testing.graph_gen`: seeded random valid ONNX graphs (opset 17) and their
+  inputs, for differential testing;
+- :mod:`~tvm_hetero.testing.fuzz`: those graphs through ours, plain TVM and onnxruntime in
+  worker processes with timeouts, outcomes classified, failing graphs reduced
+  (``benchmarks/graph_fuzz.py``; imported on its own: ``from tvm_hetero.testing.fuzz import
+  Fuzzer``);
 - :mod:`~tvm_hetero.testing.faults`: a builder and a runner that inject real failures (crashes,
   hangs, exceptions, wrong outputs) into chosen candidates, through their build and run
   functions (imported on its own: ``from tvm_hetero.testing.faults import FaultPlan``).
 """
 
 from .fakes import FakeBuilder, FakeRunner
+from .graph_gen import random_graph, random_inputs
 from .models import (LIGHT_MODELS, light_model, light_model_path, max_relative_error,
                      onnx_case, onnx_case_dir, onnx_node_case, onnx_reference,
                      random_placement, run_onnx_node_case)
 
 __all__ = ["FakeBuilder", "FakeRunner", "LIGHT_MODELS", "light_model", "light_model_path",
            "max_relative_error", "onnx_case", "onnx_case_dir", "onnx_node_case", "onnx_reference",
-           "random_placement", "run_onnx_node_case"]
+           "random_graph", "random_inputs", "random_placement", "run_onnx_node_case"]
