@@ -9,6 +9,8 @@ from tvm.script import tirx as T
 from tvm_hetero import optimize
 from tvm_hetero.optimize.pass_ import optimize_function
 
+from conftest import suite_models
+
 
 @pytest.fixture(autouse=True)
 def fresh_table():
@@ -88,19 +90,6 @@ def test_a_matmul_epilogue_over_a_prime_extent_is_right():
     assert scheduled_and_checked(_attention_scores(2, 17, 8)) == "tiled"
 
 
-def _suite():
-    import os
-    import sys
-
-    benchmarks = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                              "benchmarks")
-    if benchmarks not in sys.path:
-        sys.path.insert(0, benchmarks)
-    import suite_models
-
-    return suite_models
-
-
 def _census(proto, name, target, check_rules=()):
     """``{kernel: rule}`` of a model's layered module under the table; the kernels scheduled
     by `check_rules` are also run against TVM's default loops."""
@@ -118,12 +107,12 @@ def _census(proto, name, target, check_rules=()):
     return rules
 
 
-def _small_suite():
+def _smallsuite_models():
     """Small instances of the suite's generators, with the kernel classes of the full ones:
     embedding gather and int64 index fix-up, attention mask, softmax, layer norm, GELU,
     transposes, ViT's class-token gather and prime token count, squeeze-and-excite 1x1
     convolutions of 1x1 maps with HardSwish, SiLU and sigmoid gates, depthwise 3x3 and 5x5."""
-    suite = _suite()
+    suite = suite_models()
     return {"bert_layer": suite.bert_layer(seq=16, d=64, heads=2, vocab=64)[0],
             "gpt2_block": suite.gpt2_block(seq=16, d=64, heads=2)[0],
             "vit": suite.vit(d=64, heads=2, patch=16)[0],
@@ -135,7 +124,7 @@ def _small_suite():
 def test_no_kernel_of_the_small_suite_keeps_tvms_default_loops(mcpu):
     target = _target(mcpu)
     used = {}
-    for name, proto in _small_suite().items():
+    for name, proto in _smallsuite_models().items():
         rules = _census(proto, name, target,
                         check_rules=("injective-lanes", "row-reductions") if mcpu == "znver4"
                         else ())
@@ -149,7 +138,7 @@ def test_no_kernel_of_the_small_suite_keeps_tvms_default_loops(mcpu):
 
 @pytest.mark.slow
 def test_no_kernel_of_the_suite_keeps_tvms_default_loops():
-    suite = _suite()
+    suite = suite_models()
     target = _target()
     unscheduled = {}
     for name, make in suite.SUITE.items():

@@ -2,9 +2,6 @@
 reciprocal, scale), reductions over any axes with a fan-out epilogue, and the suite's decode
 step and detector (benchmarks/suite_models.py) at small sizes against onnxruntime."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
 import tvm
@@ -12,6 +9,8 @@ import tvm
 import tvm_hetero as th
 from tvm_hetero import optimize
 from tvm_hetero.testing import max_relative_error
+
+from conftest import suite_models
 
 
 @pytest.fixture(autouse=True)
@@ -21,19 +20,9 @@ def fresh_table():
     optimize.reset_table()
 
 
-def _suite():
-    benchmarks = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                              "benchmarks")
-    if benchmarks not in sys.path:
-        sys.path.insert(0, benchmarks)
-    import suite_models
-
-    return suite_models
-
-
 def _rms_norm(shape, reciprocal: bool):
     """``x / sqrt(mean(x^2) + eps) * w`` over the last axis (Div, or Reciprocal then Mul)."""
-    suite = _suite()
+    suite = suite_models()
     g = suite.GraphBuilder(seed=1)
     mean = g.op("ReduceMean", [g.op("Pow", ["x", g.scalar(2.0)])], axes=[-1], keepdims=1)
     root = g.op("Sqrt", [g.op("Add", [mean, g.scalar(1e-6)])])
@@ -109,7 +98,7 @@ def test_reductions_over_any_axes_with_a_fan_out_epilogue_match_the_default_loop
         shape, axes, op):
     # the reduction's input read again by its epilogue: x * x / (reduce(x) + 3); run three
     # times (a race shows as results that change between runs)
-    suite = _suite()
+    suite = suite_models()
     g = suite.GraphBuilder(seed=2)
     if op == "ReduceSum":
         reduced = g.op(op, ["x", g.ints(axes)], keepdims=1)
@@ -125,7 +114,7 @@ def test_reductions_over_any_axes_with_a_fan_out_epilogue_match_the_default_loop
 
 
 def _against_onnxruntime(proto, feed):
-    suite = _suite()
+    suite = suite_models()
     model = th.load_model(proto)
     inputs = {spec.name: feed[spec.source_name or spec.name] for spec in model.inputs}
     want = suite.ort_cpu_session(proto, 2).run(None, feed)
@@ -135,7 +124,7 @@ def _against_onnxruntime(proto, feed):
 
 
 def test_the_suites_decode_step_matches_onnxruntime_with_its_norms_as_rows():
-    proto, feed = _suite().llama_decode(d=128, heads=4, ffn=352, layers=2, past=7)
+    proto, feed = suite_models().llama_decode(d=128, heads=4, ffn=352, layers=2, past=7)
     rules = _against_onnxruntime(proto, feed).stats.rules
     norms = [rule for name, rule in rules.items() if name.startswith("fused_mean")]
     assert norms and set(norms) == {"row-reductions"}, rules
@@ -145,5 +134,5 @@ def test_the_suites_decode_step_matches_onnxruntime_with_its_norms_as_rows():
 def test_the_suites_detector_matches_onnxruntime():
     # SiLU convolutions (fan-out of the convolution), Resize and Add in the neck, three
     # Reshape / Transpose / Sigmoid heads joined by Concat
-    proto, feed = _suite().yolo_detector(size=64, classes=3)
+    proto, feed = suite_models().yolo_detector(size=64, classes=3)
     _against_onnxruntime(proto, feed)

@@ -103,12 +103,12 @@ def _assert_same_every_run(runs, what):
 # regression tests: the reduced graphs, against onnxruntime
 
 
-def _check_against_onnxruntime(model, devices):
-    """Build `model` all on cpu with the rules, run it `RUNS` times, compare each run with
-    onnxruntime; returns the CompiledModel."""
+def _check_against_onnxruntime(model, devices, device: str = "cpu"):
+    """Build `model` all on `device` with the rules, run it `RUNS` times, compare each run
+    with onnxruntime; returns the CompiledModel."""
     from tvm_hetero.testing import onnx_reference
 
-    compiled = th.build(model, "all:cpu", devices)
+    compiled = th.build(model, f"all:{device}", devices)
     feeds = _feeds(model)
     want = onnx_reference(model, feeds)
     runs = _runs(compiled, feeds)
@@ -677,15 +677,6 @@ def test_a_layer_norm_over_every_axis_is_one_row_of_row_reductions(shape, axis, 
         inits["t"] = np.array(0.25, "float32")
         nodes += [_node("LessOrEqual", ["x", "t"], "c"), _node("Where", ["c", "y", "x"], "o")]
     model = _graph(nodes, {"x": shape}, ["o" if where else "y"], inits)
-    from tvm_hetero.testing import onnx_reference
-
-    compiled = th.build(model, f"all:{device}", th.DeviceSet.parse([device]))
-    feeds = _feeds(model)
-    want = onnx_reference(model, feeds)
-    runs = _runs(compiled, feeds)
-    for outputs in runs:
-        for got, expected in zip(outputs, want):
-            _assert_close(got, expected, str(compiled.stats.rules), rtol=2e-5)
-    _assert_same_every_run(runs, str(compiled.stats.rules))
+    compiled = _check_against_onnxruntime(model, th.DeviceSet.parse([device]), device)
     norms = {k: r for k, r in compiled.stats.rules.items() if "layer_norm" in k}
     assert norms and set(norms.values()) == {"row-reductions"}, compiled.stats.rules

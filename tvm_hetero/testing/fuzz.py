@@ -329,10 +329,7 @@ def run_ours(model_bytes: bytes, inputs: dict, want: list, run: str, seed: int,
     except Exception as err:  # noqa: BLE001
         outcome.status, outcome.detail = "crash", "run: " + _one_line(err)
         return outcome
-    outcome.error, detail, outcome.output = compare(got, want)
-    if detail:
-        outcome.status, outcome.detail = "mismatch", detail
-    return outcome
+    return _compared(outcome, got, want)
 
 
 def run_plain_tvm(model_bytes: bytes, inputs: dict, want: list) -> Outcome:
@@ -363,6 +360,12 @@ def run_plain_tvm(model_bytes: bytes, inputs: dict, want: list) -> Outcome:
     except Exception as err:  # noqa: BLE001
         outcome.status, outcome.detail = "crash", "run: " + _one_line(err)
         return outcome
+    return _compared(outcome, got, want)
+
+
+def _compared(outcome: Outcome, got: list, want: list) -> Outcome:
+    """`outcome` with `got` compared with `want`: its error, and a mismatch where they
+    differ."""
     outcome.error, detail, outcome.output = compare(got, want)
     if detail:
         outcome.status, outcome.detail = "mismatch", detail

@@ -337,18 +337,29 @@ def _second_operand(b: _Builder, a: _Value) -> tuple[_Value | str, tuple[int, ..
     return b.const(data, "c"), shape
 
 
-def _op_binary(b: _Builder) -> bool:
-    op = b.choice(_BINARY)
+def _broadcast_pair(b: _Builder):
+    """``(value, other, other's shape, broadcast shape)``: a value and a second operand (a
+    constant's name or a value) that broadcast together within the size and rank bounds; None
+    when none fits."""
     a = b.pick()
     if a is None:
-        return False
+        return None
     found = _second_operand(b, a)
     if found is None:
-        return False
+        return None
     other, shape = found
     out_shape = _broadcast(a.shape, shape)
     if out_shape is None or _numel(out_shape) > MAX_ELEMENTS or len(out_shape) > MAX_RANK:
+        return None
+    return a, other, shape, out_shape
+
+
+def _op_binary(b: _Builder) -> bool:
+    op = b.choice(_BINARY)
+    found = _broadcast_pair(b)
+    if found is None:
         return False
+    a, other, shape, out_shape = found
     if isinstance(other, str):  # a constant: magnitude 1, never exact
         other = _Value(other, shape, rms=1.0)
     if op == "Sub" and other is not a:
@@ -1082,16 +1093,10 @@ def _condition(b: _Builder, shape) -> str:
 
 
 def _op_where(b: _Builder) -> bool:
-    x = b.pick()
-    if x is None:
-        return False
-    found = _second_operand(b, x)
+    found = _broadcast_pair(b)
     if found is None:
         return False
-    other, shape = found
-    out_shape = _broadcast(x.shape, shape)
-    if out_shape is None or _numel(out_shape) > MAX_ELEMENTS:
-        return False
+    x, other, shape, out_shape = found
     other_name = other if isinstance(other, str) else other.name
     cond = _condition(b, out_shape)
     pair = [x.name, other_name] if b.chance(0.5) else [other_name, x.name]
