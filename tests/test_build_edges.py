@@ -225,3 +225,18 @@ def test_build_stats_report_compile_seconds_per_target_and_per_kernel():
     assert [s for _, s, _ in slowest] == sorted((s for _, s, _ in slowest), reverse=True)
     assert all(rule == stats.rules.get(name) for name, _, rule in slowest)
     assert "winograd" in [rule for _, _, rule in stats.slowest_kernels(len(stats.rules))]
+
+
+def test_a_model_whose_layout_conversion_tvm_cannot_type_stays_nchw_and_builds():
+    # generated graph 578: a blocked convolution's output sliced, then Expand (broadcast_to);
+    # TVM's ConvertLayout carried the slice blocked and failed to type the broadcast
+    # (ValueError), which failed the build; the model now keeps the NCHW layout
+    from tvm_hetero.testing import random_graph, random_inputs
+
+    model = random_graph(578)
+    compiled = th.build(model, "all:cpu", ["cpu"])
+    feeds = random_inputs(model, 578)
+    got = compiled.run(feeds)
+    for a, b in zip(got, onnx_reference(model, feeds)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * max(np.abs(b).max(), 1))
+    assert "blocked-nchwc" not in compiled.stats.rules.values()
