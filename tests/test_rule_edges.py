@@ -299,6 +299,20 @@ def _reductions():
         n("ReduceSum", ["y", "axes0"], "v", keepdims=1), n("Sub", ["y", "v"], "c"),
     ], {"x": [1, 24, 5, 7], "y": [5, 7]}, ["a", "b", "c"],
         {"axes": np.array([1], "int64"), "axes0": np.array([0], "int64")}))
+    # epilogues over a larger domain than the reduction's (a pad's extra rows read no
+    # output): generated graph 1955; the squares first, so the pads' rows are reused memory
+    pads3 = np.array([0, 0, 0, 0, 1, 0], "int64")
+    pads4 = np.array([0, 0, 0, 0, 0, 1, 0, 1], "int64")
+    yield Case("reduce-then-pad", _graph([
+        n("Mul", ["x", "x"], "sq"), n("Sigmoid", ["sq"], "big"),
+        n("ReduceMean", ["big"], "m", axes=[3], keepdims=0), n("Pad", ["m", "p3"], "a"),
+        n("ReduceMax", ["big"], "r", axes=[1], keepdims=1), n("Pad", ["r", "p4"], "b"),
+        n("ReduceSum", ["big"], "t", axes=[3], keepdims=1), n("Pad", ["t", "p4"], "c"),
+        n("Softmax", ["big"], "sm", axis=-1), n("Pad", ["sm", "p4"], "d"),
+        n("GlobalAveragePool", ["big"], "g"), n("Pad", ["g", "p4"], "e"),
+        n("LayerNormalization", ["big", "ln", "lb"], "l", axis=-1), n("Pad", ["l", "p4"], "f"),
+    ], {"x": [1, 24, 4, 48]}, list("abcdef"),
+        {"p3": pads3, "p4": pads4, "ln": [48], "lb": [48]}))
 
 
 def _pools():
@@ -680,3 +694,30 @@ def test_a_layer_norm_over_every_axis_is_one_row_of_row_reductions(shape, axis, 
     compiled = _check_against_onnxruntime(model, th.DeviceSet.parse([device]), device)
     norms = {k: r for k, r in compiled.stats.rules.items() if "layer_norm" in k}
     assert norms and set(norms.values()) == {"row-reductions"}, compiled.stats.rules
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu-generic"])
+@pytest.mark.parametrize("activation", ["Sigmoid", "Exp", "Tanh"])
+def test_fast_math_over_a_boolean_cast_builds(activation, device):
+    # generated graph 1126, reduced: Less -> Cast -> Sigmoid; the fast approximations bind the
+    # vectorized Cast(float32x16, bool) in a Let, and TVM's LowerIntrin failed on it ("IntImm
+    # can only take scalar, but boolx16 was supplied")
+    nodes = [_node("Less", ["x", "t"], "c"), _node("Cast", ["c"], "f", to=1),
+             _node(activation, ["f"], "y")]
+    model = _graph(nodes, {"x": [2, 13, 12, 16]}, ["y"], {"t": np.array(0.0, "float32")})
+    compiled = _check_against_onnxruntime(model, th.DeviceSet.parse([device]), device)
+    assert "injective-lanes" in compiled.stats.rules.values(), compiled.stats.rules
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduction_chains_with_a_pad_after_runs_the_pad_whole(keepdims, devices):
+    # generated graph 1955, reduced: ReduceMean over the last axis, then Pad: the pad's extra
+    # row reads no output of any task, and computed per task it was never written (whatever
+    # the memory held: a 14 % error there, 0 in a fresh process)
+    pads = [0, 0, 0, 0, 0, 1, 0, 0] if keepdims else [0, 0, 0, 0, 1, 0]
+    nodes = [_node("Mul", ["x", "x"], "sq"), _node("Sigmoid", ["sq"], "big"),
+             _node("ReduceMean", ["big"], "m", axes=[3], keepdims=keepdims),
+             _node("Pad", ["m", "p"], "y", mode="constant")]
+    model = _graph(nodes, {"x": [1, 24, 1, 48]}, ["y"], {"p": np.array(pads, "int64")})
+    compiled = _check_against_onnxruntime(model, devices)
+    assert "reduction-chains" in compiled.stats.rules.values(), compiled.stats.rules

@@ -105,7 +105,23 @@ def fast_math(func, exp_and_sigmoid: bool = True):
     def visit(expr):
         return _rewrite(expr, exp_and_sigmoid) if isinstance(expr, ir.expr.Call) else expr
 
-    return tvm_ffi.structural_map(func, visit)
+    rewritten = tvm_ffi.structural_map(func, visit)
+    if rewritten.same_as(func):
+        return func
+    return tvm_ffi.structural_map(rewritten, _bool_cast_as_select)
+
+
+def _bool_cast_as_select(expr):
+    """``Cast(float, b)`` of a boolean as ``Select(b, 1, 0)``: TVM 0.27's LowerIntrin fails
+    ("IntImm can only take scalar, but boolx16") on a vectorized bool cast bound by the
+    approximations' ``Let`` (``Sigmoid(Cast(Less(x, c)))``, generated graph 1126)."""
+    from tvm import tirx
+
+    if (isinstance(expr, tirx.Cast) and str(expr.value.ty) == "bool"
+            and str(expr.ty).startswith("float")):
+        dtype = str(expr.ty)
+        return tirx.Select(expr.value, tirx.const(1.0, dtype), tirx.const(0.0, dtype))
+    return expr
 
 
 def without_exp(func):

@@ -101,17 +101,25 @@ def chunks_are_boxes(extents, chunk: int) -> bool:
 def _per_task_in_place(sch, block_rv, spatial, reduction, epilogue):
     """Chunks that are boxes: the accumulators cached in ``local`` in the output's shape, the
     spatial loops fused and split into tasks of `REDUCTION_CHAINS`; the copy out and the
-    epilogue blocks computed per task (each task's region of the output is its own box).
+    epilogue blocks elementwise on the output computed per task (each task's region of the
+    output is its own box); from the first epilogue block over another domain on (a pad),
+    the blocks run whole after the tasks.
     Returns ``(tasks, chains, reduction loops)``, or None where an epilogue block cannot
     follow."""
     from tvm import s_tir
 
+    extents = [loop_extent(sch, loop) for loop in spatial]
     accumulate = sch.cache_write(block_rv, 0, "local")
     fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
     tasks, chains = sch.split(fused, [None, REDUCTION_CHAINS])
     sch.reorder(tasks, *reduction, chains)
     sch.reverse_compute_at(accumulate, tasks)
     for block in epilogue:
+        if [int(iv.dom.extent) for iv in sch.get(block).iter_vars] != extents:
+            # an epilogue over another domain (a pad's extra rows read no output of any
+            # task: computed per task they were never written) and all after it run whole,
+            # after the tasks (generated graph 1955: ReduceMean then Pad)
+            break
         try:
             sch.reverse_compute_at(block, tasks)
         except s_tir.ScheduleError:
