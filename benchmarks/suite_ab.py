@@ -1,0 +1,164 @@
+"""The architecture suite before and after a change, in one timed run: every model built all on
+the host CPU by two versions of tvm_hetero (a git revision and the working tree), each build
+exported to a library, then both libraries loaded into one process and timed in rounds
+alternating onnxruntime, the revision's build and the tree's, the best median of each.
+
+    python benchmarks/suite_ab.py --before REV [--models a,b] [--rounds 3] [--out DIR]
+
+The revision is checked out in a git worktree (removed afterwards) and builds in a process of
+its own with that worktree first on ``PYTHONPATH``; the models come from this tree's
+``suite_models.py`` for both sides. Every output is checked against onnxruntime (relative error
+at most 1e-3); a model one side cannot build, or builds wrong, is marked and left out of that
+side's summary. Prints per model the milliseconds of each and the ratios to onnxruntime, the
+geometric mean and the worst of each side, the models slower after than before (by more than
+5 %), and the CPU. Takes about as long as two suite builds plus the rounds (20-40 minutes on 2
+cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from suite_models import SUITE, alternating_best, suite_case  # noqa: E402
+
+TOLERANCE = 1e-3
+SLOWER = 1.05  # after / before above this: slower (the run-to-run spread of one model)
+
+
+def export_builds(names: list[str], out: str) -> None:
+    """Build each model all on cpu with the tvm_hetero importable here, export it to
+    ``out/NAME.so``; ``out/builds.json``: build seconds or the error per model."""
+    import tvm_hetero as th
+    from tvm_hetero.devices import host_num_cores
+
+    os.makedirs(out, exist_ok=True)
+    devices = th.DeviceSet.parse(["cpu"])
+    results = {}
+    for name in names:
+        start = time.perf_counter()
+        try:
+            _, _, model, _, _, _ = suite_case(name, host_num_cores())
+            compiled = th.build(model, "all:cpu", devices)
+            compiled.export_library(os.path.join(out, f"{name}.so"))
+            results[name] = {"build_s": time.perf_counter() - start}
+        except Exception as err:  # a side that cannot build a model: recorded, not fatal
+            results[name] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
+        print(f"  {name}: {results[name]}", flush=True)
+        with open(os.path.join(out, "builds.json"), "w") as handle:
+            json.dump(results, handle, indent=1)
+
+
+def build_side(label: str, tree: str, names: list[str], out: str) -> dict:
+    """Run :func:`export_builds` in a process importing tvm_hetero from `tree`."""
+    print(f"building with {label} ({tree})", flush=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [tree, os.environ.get(
+        "PYTHONPATH")])))
+    subprocess.run([sys.executable, os.path.abspath(__file__), "--export-only", out,
+                    "--models", ",".join(names)], env=env, check=True)
+    with open(os.path.join(out, "builds.json")) as handle:
+        return json.load(handle)
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default="HEAD", help="git revision built as 'before'")
+    parser.add_argument("--models", default=",".join(SUITE))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", help="keep the libraries here (default: a temporary folder)")
+    parser.add_argument("--export-only", metavar="DIR", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    names = [n for n in args.models.split(",") if n]
+    unknown = [n for n in names if n not in SUITE]
+    if unknown:
+        sys.exit(f"error: unknown suite models: {', '.join(unknown)}")
+    if args.export_only:
+        export_builds(names, args.export_only)
+        return
+
+    import tvm_hetero as th
+    from model_suite import cpu_name
+    from tvm_hetero.devices import host_num_cores
+    from tvm_hetero.testing import max_relative_error
+
+    out = args.out or tempfile.mkdtemp(prefix="suite_ab_")
+    worktree = tempfile.mkdtemp(prefix="suite_ab_tree_")
+    try:
+        subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", "-q", worktree,
+                        args.before], check=True)
+        revision = subprocess.run(["git", "-C", worktree, "rev-parse", "--short", "HEAD"],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+        builds = {"before": build_side(f"{args.before} ({revision})", worktree, names,
+                                       os.path.join(out, "before")),
+                  "after": build_side("the working tree", REPO, names,
+                                      os.path.join(out, "after"))}
+    finally:
+        subprocess.run(["git", "-C", REPO, "worktree", "remove", "--force", worktree],
+                       check=False)
+
+    threads = host_num_cores()
+    rows = []
+    for name in names:
+        _, feed, _, inputs, session, want = suite_case(name, threads)
+        loaded, notes = {}, []
+        for side in ("before", "after"):
+            if "error" in builds[side][name]:
+                notes.append(f"{side}: {builds[side][name]['error']}")
+                continue
+            compiled = th.load(os.path.join(out, side, f"{name}.so"))
+            error = max_relative_error(compiled.run(inputs), want)
+            if error > TOLERANCE:
+                notes.append(f"{side}: wrong (relative error {error:.2g})")
+                continue
+            loaded[side] = compiled
+        best = alternating_best(session, feed, loaded, inputs, args.rounds, args.repeat)
+        rows.append((name, best, notes))
+        print(f"  timed {name}", flush=True)
+
+    print(f"\nCPU: {cpu_name()} ({threads} threads); before = {args.before} ({revision}), "
+          f"after = the working tree; best median ms of {args.rounds} alternating rounds\n")
+    print(f"{'model':22s} {'ort':>9s} {'before':>9s} {'x ort':>6s} {'after':>9s} {'x ort':>6s}"
+          f" {'after/before':>12s}")
+    ratios: dict[str, dict[str, float]] = {"before": {}, "after": {}}
+    slower = []
+    for name, best, notes in rows:
+        cells = []
+        for side in ("before", "after"):
+            ms = best.get(side, math.inf)
+            if math.isfinite(ms):
+                ratios[side][name] = ms / best["ort"]
+                cells.append(f"{ms:9.3f} {ms / best['ort']:6.2f}")
+            else:
+                cells.append(f"{'-':>9s} {'-':>6s}")
+        change = best.get("after", math.inf) / best.get("before", math.inf) \
+            if name in ratios["before"] and name in ratios["after"] else math.nan
+        if change > SLOWER:
+            slower.append(f"{name} {change:.2f}")
+        print(f"{name:22s} {best['ort']:9.3f} {cells[0]} {cells[1]} {change:12.2f}"
+              + (f"  ({'; '.join(notes)})" if notes else ""))
+    for side in ("before", "after"):
+        values = ratios[side]
+        if values:
+            worst = max(values, key=values.get)
+            print(f"{side}: geometric mean {geomean(values.values()):.2f}x onnxruntime over "
+                  f"{len(values)} models; worst {worst} {values[worst]:.2f}x")
+    print(f"slower after than before (> {SLOWER:.2f}x): {', '.join(slower) or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
