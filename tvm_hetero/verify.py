@@ -11,7 +11,7 @@ the wrong answer agrees with itself. The reference is therefore
   no onnxruntime, or a model onnxruntime refuses (logged, with why).
 
 Outputs match where each is within its dtype's tolerance of the reference (see
-:func:`~tvm_hetero.measure.task.tolerance_for`: 1e-4 of the largest reference magnitude for
+:func:`tolerance_for`: 1e-4 of the largest reference magnitude for
 float32, exact for integers). :func:`verify_build` checks a built library (``compile
 --verify``); when it disagrees, :func:`locate_rules` rebuilds with the rules of some kernels
 switched off (``build(..., unscheduled=...)``) to name the kernels whose rules are at fault,
@@ -33,6 +33,43 @@ logger = logging.getLogger(__name__)
 ONNXRUNTIME = "onnxruntime"
 DEFAULT_LOOPS = "default-loops"
 GIVEN = "given"
+
+# Relative tolerance (to the largest reference magnitude) per output dtype
+TOLERANCE = {"float64": 1e-8, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
+
+
+def tolerance_for(dtype: str) -> float:
+    """Allowed relative error for outputs of `dtype`: 0 (exact) for integers and bools."""
+    return TOLERANCE.get(str(dtype), 0.0)
+
+
+def relative_errors(got: list[np.ndarray], want: list[np.ndarray]) -> list[float]:
+    """Per output: max |got - want| / max |want| (inf on a shape or dtype mismatch)."""
+    errors = []
+    for a, b in zip(got, want):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            errors.append(float("inf"))
+            continue
+        if a.size == 0:
+            errors.append(0.0)
+            continue
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        if not np.all(np.isfinite(diff)):
+            errors.append(float("inf"))
+            continue
+        errors.append(float(diff.max() / (np.abs(b).max() + 1e-30)))
+    if len(got) != len(want):
+        errors.append(float("inf"))
+    return errors
+
+
+def outputs_match(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[bool, float]:
+    """Whether outputs match the reference within the per-dtype tolerance; the worst error."""
+    errors = relative_errors(got, want)
+    ok = all(err <= tolerance_for(b.dtype) for err, b in zip(errors, want)) and \
+        len(got) == len(want)
+    return ok, max(errors) if errors else 0.0
+
 
 # Runs of each rebuilt library while locating a rule at fault: a race shows in some runs only
 LOCATE_RUNS = 3
@@ -183,7 +220,6 @@ def _format_error(error: float) -> str:
 def describe_mismatch(outputs: Sequence[np.ndarray], reference: Reference) -> str | None:
     """None when `outputs` match the reference within tolerance, else one line on the first
     output that does not: ``output 0 differs from onnxruntime by 59% (tolerance 1e-4)``."""
-    from .measure.task import relative_errors, tolerance_for
 
     want = reference.outputs
     if len(outputs) != len(want):
@@ -248,7 +284,6 @@ def verify_build(model, placement, devices, compiled, rules: dict[str, str | Non
     VerificationError
         The outputs disagree; the message names the kernels and rules found at fault.
     """
-    from .measure.task import outputs_match
 
     inputs = model.random_inputs(seed)
     if reference is None:
@@ -280,7 +315,6 @@ def locate_rules(model, placement, devices, inputs: dict[str, np.ndarray],
     :class:`~tvm_hetero.build.KernelCache`) and is run `LOCATE_RUNS` times.
     """
     from .build import KernelCache, build
-    from .measure.task import outputs_match
     from .optimize.pass_ import AS_WRITTEN
 
     suspects = [kernel for kernel, rule in rules.items() if rule not in (None, AS_WRITTEN)]

@@ -13,7 +13,8 @@ from .builder import Builder, LocalBuilder, placement_key
 from .result import BuildResult, ErrorKind, MeasureResult
 from .rpc import RPCRunner
 from .runner import LocalRunner, Runner
-from .task import MeasureTask, outputs_match, relative_errors, tolerance_for
+from ..verify import outputs_match, relative_errors, tolerance_for
+from .task import MeasureTask
 
 logger = logging.getLogger(__name__)
 

@@ -269,7 +269,7 @@ def _measure_remote(lib_path, host, port, key, priority, session_timeout_s, inpu
     from ..annotate import WEIGHTS_FUNC
     from ..build import META_FORMAT, META_FUNC, match_inputs
     from ..frontend import InputSpec
-    from .task import outputs_match
+    from ..verify import outputs_match
 
     with np.load(inputs_file, allow_pickle=False) as data:
         inputs = {name: data[name] for name in data.files}

@@ -18,43 +18,6 @@ from ..prepare import PrepareConfig
 
 logger = logging.getLogger(__name__)
 
-# Relative tolerance (to the largest reference magnitude) per output dtype
-TOLERANCE = {"float64": 1e-8, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
-
-
-def tolerance_for(dtype: str) -> float:
-    """Allowed relative error for outputs of `dtype`: 0 (exact) for integers and bools."""
-    return TOLERANCE.get(str(dtype), 0.0)
-
-
-def relative_errors(got: list[np.ndarray], want: list[np.ndarray]) -> list[float]:
-    """Per output: max |got - want| / max |want| (inf on a shape or dtype mismatch)."""
-    errors = []
-    for a, b in zip(got, want):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            errors.append(float("inf"))
-            continue
-        if a.size == 0:
-            errors.append(0.0)
-            continue
-        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-        if not np.all(np.isfinite(diff)):
-            errors.append(float("inf"))
-            continue
-        errors.append(float(diff.max() / (np.abs(b).max() + 1e-30)))
-    if len(got) != len(want):
-        errors.append(float("inf"))
-    return errors
-
-
-def outputs_match(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[bool, float]:
-    """Whether outputs match the reference within the per-dtype tolerance; the worst error."""
-    errors = relative_errors(got, want)
-    ok = all(err <= tolerance_for(b.dtype) for err, b in zip(errors, want)) and \
-        len(got) == len(want)
-    return ok, max(errors) if errors else 0.0
-
-
 @dataclass
 class MeasureTask:
     """What a builder and a runner need, written to `workdir` so worker processes can load it.

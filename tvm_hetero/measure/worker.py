@@ -66,7 +66,7 @@ def run_candidate(lib_path: str, devices_json: list, inputs_file: str, reference
     more call instead of `warmup` + `repeat` measurements (``"screened": True``)."""
     from ..build import load
     from ..devices import DeviceSet
-    from .task import outputs_match
+    from ..verify import outputs_match
 
     _quiet_worker_logs()
     compiled = load(lib_path, DeviceSet.from_json(devices_json))
@@ -97,7 +97,7 @@ def retime_candidates(lib_paths: list[str], devices_json: list, inputs_file: str
     least `min_repeat_ms`), so that a slow spell of the machine falls on all of them."""
     from ..build import load
     from ..devices import DeviceSet
-    from .task import outputs_match
+    from ..verify import outputs_match
 
     _quiet_worker_logs()
     devices = DeviceSet.from_json(devices_json)

@@ -31,7 +31,8 @@ placement that puts every layer on one device, whichever generator proposed it.
 
 from . import candidates
 from .strategy import DEFAULT_THRESHOLD, STRATEGIES, SearchStrategy, create
-from .tune import SearchState, Trial, TuneResult, tune
+from .state import SearchState, Trial, TuneResult
+from .tune import tune
 
 __all__ = ["DEFAULT_THRESHOLD", "STRATEGIES", "SearchState", "SearchStrategy", "Trial",
            "TuneResult", "candidates", "create", "tune"]

@@ -28,7 +28,7 @@ from ..errors import HeteroError
 from . import candidates as gen
 
 if TYPE_CHECKING:
-    from .tune import SearchState
+    from .state import SearchState
 
 logger = logging.getLogger(__name__)
 
