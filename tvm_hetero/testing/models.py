@@ -166,7 +166,7 @@ def random_placement(layers, device_names: list[str], rng: np.random.Generator) 
 def max_relative_error(got: list[np.ndarray], want: list[Any]) -> float:
     """max |got - want| / max |want| over all outputs; infinite for NaN, a shape or a dtype
     mismatch (the runner's verification measure)."""
-    from ..measure.task import relative_errors
+    from ..verify import relative_errors
 
     errors = relative_errors([np.asarray(a) for a in got], [np.asarray(b) for b in want])
     return max(errors, default=0.0)
