@@ -24,7 +24,7 @@ from suite_models import alternating_best, cpu_devices, suite_case  # noqa: E402
 
 import tvm_hetero as th  # noqa: E402
 from tvm_hetero.devices import host_num_cores  # noqa: E402
-from tvm_hetero.frontend import onnx_fixes  # noqa: E402
+from tvm_hetero.frontend.onnx import FIXES  # noqa: E402
 from tvm_hetero.prepare import PrepareConfig  # noqa: E402
 from tvm_hetero.testing import max_relative_error  # noqa: E402
 
@@ -37,21 +37,21 @@ def build_with(proto, name, devices, previous: bool, **overrides):
     """`proto` loaded and built for `devices` with the preparation config's `overrides`; the
     previous import and clips when `previous`."""
     for_devices = PrepareConfig.for_devices.__func__
-    clip_fix, clip_pass = onnx_fixes.FIXES["Clip"], blocked_conv_layout.ClipAsMinMax
+    clip_fix, clip_pass = FIXES["Clip"], blocked_conv_layout.ClipAsMinMax
 
     def patched(cls, devs, **more):
         return replace(for_devices(cls, devs, **more), **overrides)
 
     PrepareConfig.for_devices = classmethod(patched)
     if previous:
-        del onnx_fixes.FIXES["Clip"]
+        del FIXES["Clip"]
         blocked_conv_layout.ClipAsMinMax = lambda: (lambda mod: mod)
     try:
         model = th.load_model(proto, name=name)
         return th.build(model, "all:" + devices.devices[0].name, devices)
     finally:
         PrepareConfig.for_devices = classmethod(for_devices)
-        onnx_fixes.FIXES["Clip"], blocked_conv_layout.ClipAsMinMax = clip_fix, clip_pass
+        FIXES["Clip"], blocked_conv_layout.ClipAsMinMax = clip_fix, clip_pass
 
 
 def main() -> None:

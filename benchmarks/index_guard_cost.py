@@ -1,6 +1,6 @@
-"""The cost of the run-time index checks (tvm_hetero/frontend/index_guard.py) on a BERT-like
-embedding: token ids (1, SEQ) -> word embedding (30522 x 768) + position embedding + layer
-norm. Built with the checks (the default) and without (the Gather fix taken out of the
+"""The cost of the run-time index checks (tvm_hetero/frontend/onnx/index_guard.py) on a
+BERT-like embedding: token ids (1, SEQ) -> word embedding (30522 x 768) + position embedding +
+layer norm. Built with the checks (the default) and without (the Gather fix taken out of the
 converter map for this build only), both on `cpu`, timed alternately in one process, best of
 the rounds.
 
@@ -16,7 +16,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_hetero as th
-from tvm_hetero.frontend import onnx_fixes
+from tvm_hetero.frontend.onnx import FIXES
 
 VOCAB, HIDDEN = 30522, 768
 
@@ -40,10 +40,10 @@ def embedding_model(seq: int):
 
 
 def build(proto, checked: bool):
-    fixes = dict(onnx_fixes.FIXES)
+    fixes = dict(FIXES)
     if not checked:
         del fixes["Gather"]
-    with mock.patch.dict(onnx_fixes.FIXES, fixes, clear=True):
+    with mock.patch.dict(FIXES, fixes, clear=True):
         model = th.load_model(proto, name="embedding")
     layers = th.extract_layers(model)
     return model, th.build(model, th.Placement({l.name: "cpu" for l in layers}), ["cpu"])

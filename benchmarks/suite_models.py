@@ -4,7 +4,7 @@ random weights, nothing downloaded), plus the onnx package's light graphs with s
 ``SUITE`` maps a model name to a function returning ``(onnx.ModelProto, inputs)``: the inputs
 by ONNX input name (token ids in range, attention masks of zeros and ones). LSTM and GRU, which
 TVM 0.27's ONNX frontend does not import, come through tvm_hetero's own converter
-(``tvm_hetero/frontend/recurrent.py``).
+(``tvm_hetero/frontend/onnx/recurrent.py``).
 MobileNetV2 is full depth; the MobileNetV3 and EfficientNet entries are three blocks each.
 """
 

@@ -1,4 +1,4 @@
-"""ONNX's Attention op (tvm_hetero/frontend/attention.py; TVM 0.27's importer takes it for
+"""ONNX's Attention op (tvm_hetero/frontend/onnx/attention.py; TVM 0.27's importer takes it for
 onnxruntime's contrib op and fails): the onnx package's Attention node cases through the tool's
 path, a chosen one per feature by default, all 93 under ``-m slow``."""
 

@@ -1,6 +1,6 @@
-"""Our ONNX converter fixes (tvm_hetero/frontend/onnx_fixes.py), each on the onnx backend-test
-case that needed it, through the tool's path: load_model, a random two-device placement,
-build, run, compared with the case's reference outputs."""
+"""Our ONNX converter fixes (tvm_hetero/frontend/onnx/), each on the onnx backend-test case
+that needed it, through the tool's path: load_model, a random two-device placement, build, run,
+compared with the case's reference outputs."""
 
 import numpy as np
 import pytest

@@ -1,6 +1,6 @@
-"""ONNX's recurrent layers (tvm_hetero/frontend/recurrent.py: LSTM, GRU, RNN, which TVM 0.27's
-importer does not convert): the onnx package's 18 recurrent node cases through the tool's path,
-and the options those cases leave out checked against onnxruntime."""
+"""ONNX's recurrent layers (tvm_hetero/frontend/onnx/recurrent.py: LSTM, GRU, RNN, which TVM
+0.27's importer does not convert): the onnx package's 18 recurrent node cases through the
+tool's path, and the options those cases leave out checked against onnxruntime."""
 
 import numpy as np
 import onnxruntime as ort

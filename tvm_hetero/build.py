@@ -23,7 +23,7 @@ from .annotate import WEIGHTS_FUNC, AnnotateDevice, used_devices
 from .devices import DeviceSet, host_target_dict, use_every_cpu_thread
 from .errors import BuildError, DeviceError, InputError, ModelError, error_message
 from .frontend import InputSpec, load_model
-from .frontend.index_guard import OUT_OF_RANGE
+from .frontend.onnx.index_guard import OUT_OF_RANGE
 from .layers import extract_layers, layered_module, placed_module
 from .optimize import schedule_passes
 from .optimize.tuning import TuningDatabase

@@ -162,7 +162,7 @@ def _c_identifier_inputs(model, input_names: list[str]):
 def _load_onnx(model, name: str, input_shapes: dict[str, tuple[int, ...]] | None) -> Model:
     import tvm
 
-    from .onnx_fixes import import_onnx
+    from .onnx.importer import import_onnx
 
     specs = _onnx_input_specs(model)
     shape_dict = {}

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..devices import Device, DeviceSet, use_every_cpu_thread
 from ..errors import ModelError
-from ..frontend.index_guard import BOUNDS_PARAM_ATTR
+from ..frontend.onnx.index_guard import BOUNDS_PARAM_ATTR
 from .pass_ import schedule_passes
 
 

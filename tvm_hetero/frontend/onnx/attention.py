@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError
+from ...errors import ModelError
 from .index_guard import static_dims
-from .onnx_fixes import node_name, fix
+from .registry import fix, node_name
 
 _ONNX_FLOAT_TYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 

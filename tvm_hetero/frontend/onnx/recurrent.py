@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError
+from ...errors import ModelError
 from .index_guard import static_dims
-from .onnx_fixes import node_name, fix
+from .registry import fix, node_name
 
 #: the spec's activation functions: (alpha default, beta default); None where the function
 #: takes no such parameter

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import ModelError
+from ...errors import ModelError
 
 #: The start of the message of every failed index check (see CompiledModel.run).
 OUT_OF_RANGE = "out-of-range index"
@@ -56,7 +56,24 @@ def _guard_func(shape: tuple[int, ...], dtype: str, bounds: tuple[int, ...], mes
 
 
 def static_dims(expr, what: str) -> tuple[int, ...]:
-    """The static shape of a Relax tensor expression, or a ModelError naming ``what``."""
+    """The static shape of a Relax tensor expression, or a ModelError naming ``what``.
+
+    Parameters
+    ----------
+    expr : relax.Expr
+        A tensor expression.
+    what : str
+        Named in the error.
+
+    Returns
+    -------
+    tuple of int
+
+    Raises
+    ------
+    ModelError
+        If the shape is unknown or has a symbolic dimension.
+    """
     import tvm
 
     shape = getattr(expr.ty, "shape", None)
