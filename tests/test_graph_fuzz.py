@@ -11,8 +11,8 @@ import onnx
 import pytest
 
 from tvm_hetero.testing import random_graph, random_inputs
-from tvm_hetero.testing.fuzz import (Fuzzer, GraphResult, Outcome, _deletions, compare,
-                                     outcome_counts)
+from tvm_hetero.testing.fuzz import Fuzzer, GraphResult, Outcome, compare, outcome_counts
+from tvm_hetero.testing.fuzz.reduction import deletions
 
 # the seeded run of `make test`: 50 graphs took 91 s in one process on the 2-core AMD EPYC
 # machine otherwise idle (~2 s a graph: two builds of ours and a run each; plain TVM only
@@ -92,6 +92,38 @@ def test_hang_and_crash_are_outcomes():
     assert outcomes["ok"].status == "pass"  # the pool goes on after both
 
 
+def test_rules_are_observed_through_the_build_hooks():
+    """Ours is observed through ``build``'s public hooks, not patched: a rules-only run stops
+    once the kernels are scheduled (no build time, no code generation) and names the rules
+    the full build chose; a build failing after scheduling still names its rules."""
+    import tvm
+
+    import tvm_hetero as th
+    from tvm_hetero.testing.fuzz import onnxruntime_outputs, run_ours
+    from tvm_hetero.testing.fuzz.workers import BuildObserver
+
+    seed = 107  # 5 nodes, 3 kernels with rules
+    model = random_graph(seed)
+    inputs = random_inputs(model, seed)
+    want = onnxruntime_outputs(model, inputs)
+    data = model.SerializeToString()
+    full = run_ours(data, inputs, want, "cpu", seed, strict_rules=True)
+    assert full.status == "pass" and full.build_s is not None, full.detail
+    assert full.rules and any(full.rules.values())
+    only = run_ours(data, inputs, want, "cpu", seed, strict_rules=True, rules_only=True)
+    assert only.status == "pass" and only.build_s is None and only.rules == full.rules
+
+    @tvm.transform.module_pass(opt_level=0, name="Fails")
+    def fails(mod, _ctx):
+        raise RuntimeError("after scheduling")
+
+    loaded = th.load_model(model, name="hooks")
+    with BuildObserver() as observer:
+        with pytest.raises(th.BuildError, match="after scheduling"):
+            th.build(loaded, "all:cpu", ["cpu"], stats=observer.stats, extra_passes=[fails])
+    assert observer.rules == full.rules and not observer.stopped
+
+
 class _SoftmaxFails(Fuzzer):
     """A fake 'ours' that fails on every graph holding a Softmax (plain TVM passes): runs the
     reduction without TVM."""
@@ -130,7 +162,7 @@ def test_deletions_are_valid_and_smaller():
     inputs = random_inputs(model, 3)
     count = 0
     for index in range(len(model.graph.node)):
-        for candidate, cand_inputs in _deletions(model, inputs, index):
+        for candidate, cand_inputs in deletions(model, inputs, index):
             count += 1
             assert len(candidate.graph.node) < len(model.graph.node)
             onnx.checker.check_model(candidate, full_check=True)

@@ -231,7 +231,8 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
           *, extra_passes: Sequence | None = None,
           kernel_cache: KernelCache | None = None, optimize: bool = True,
           tuning_db: "str | os.PathLike | TuningDatabase | None" = None,
-          unscheduled: Sequence[str] = ()) -> "CompiledModel":
+          unscheduled: Sequence[str] = (),
+          stats: BuildStats | None = None) -> "CompiledModel":
     """Build a model with its layers placed on devices into one executable.
 
     Parameters
@@ -257,6 +258,10 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     unscheduled : sequence of str, optional
         With `optimize`: names of CPU kernels (``stats.rules`` keys) that keep TVM's default
         loops instead of their rule or tuned schedule (verification, finding a rule at fault).
+    stats : BuildStats, optional
+        A fresh :class:`BuildStats` to fill in place (it becomes ``CompiledModel.stats``):
+        its ``rules`` fill as scheduling chooses them, so they are known even when the build
+        then fails (the graph fuzzer reads them so).
 
     Returns
     -------
@@ -270,7 +275,7 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     tvm, relax = _import_tvm()
     model = load_model(model)
     devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
-    stats = BuildStats()
+    stats = BuildStats() if stats is None else stats
     start = time.perf_counter()
     use_every_cpu_thread()
     # prepared for the whole set, as the search's layers were (not only the devices used)
