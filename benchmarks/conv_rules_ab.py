@@ -11,31 +11,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import alternating_best, cpu_devices, suite_case  # noqa: E402
-
-import tvm_hetero as th  # noqa: E402
-from tvm_hetero.devices import host_num_cores  # noqa: E402
-from tvm_hetero.optimize import pass_, table  # noqa: E402
-from tvm_hetero.optimize.cpu import DepthwiseRows, fast_math  # noqa: E402
-from tvm_hetero.testing import max_relative_error  # noqa: E402
+import tvm_hetero as th
+from tvm_hetero.devices import host_num_cores
+from tvm_hetero.optimize import RuleTable, default_table
+from tvm_hetero.optimize.cpu import DepthwiseRows
+from tvm_hetero.testing import max_relative_error
+from tvm_hetero.testing.suite import alternating_best, cpu_devices, suite_case
 
 MODELS = "mobilenet_v2,efficientnet_block,mobilenet_v3_block,shufflenet"
 
 
-def without_conv_class_rules() -> None:
+def without_conv_class_rules() -> RuleTable:
     """Table A: no depthwise-rows, exp and sigmoid left to LLVM (only erf/tanh/pow rewritten)."""
-    for rules in table._TABLE.values():
-        rules[:] = [r for r in rules if not isinstance(r, DepthwiseRows)]
-    pass_.fast_math = fast_math.without_exp
+    return default_table().without(DepthwiseRows).with_fast_exp(False)
 
 
-def build(model, spec_devices):
-    return th.build(model, "all:" + spec_devices.devices[0].name, spec_devices)
+def build(model, spec_devices, rules: RuleTable):
+    return th.build(model, "all:" + spec_devices.devices[0].name, spec_devices, rules=rules)
 
 
 def main() -> None:
@@ -53,13 +46,8 @@ def main() -> None:
           f"{'A err':>9}{'B err':>9}")
     for name in [m for m in args.models.split(",") if m]:
         proto, feed, model, inputs, session, want = suite_case(name, threads)
-        table.reset_table()
-        pass_.fast_math = fast_math.fast_math
-        new = build(model, devices)
-        without_conv_class_rules()
-        old = build(model, devices)
-        table.reset_table()
-        pass_.fast_math = fast_math.fast_math
+        new = build(model, devices, default_table())
+        old = build(model, devices, without_conv_class_rules())
         best = alternating_best(session, feed, {"A": old, "B": new}, inputs, args.rounds,
                                 args.repeat)
         errors = [max_relative_error(c.run(inputs), want) for c in (old, new)]

@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 import tvm_hetero as th
 from tvm_hetero.devices import host_num_cores
-from tvm_hetero.optimize.tuning import TuningDatabase, tune_kernels
+from tvm_hetero.optimize.metaschedule import KernelTuningDatabase, tune_kernels
 from tvm_hetero.testing import light_model
 
 SETTLE_S = 1.0
@@ -61,7 +61,7 @@ def main() -> None:
         trials = args.trials_per_kernel * kernels
         tune_s, tuned = 0.0, None
         if trials:
-            database = TuningDatabase(os.path.join(args.tuning_db, model.name))
+            database = KernelTuningDatabase(os.path.join(args.tuning_db, model.name))
             start = time.perf_counter()
             tune_kernels(model, "all:cpu", devices, trials, database)
             tune_s = time.perf_counter() - start

@@ -16,7 +16,7 @@ Prints the ratio tvm_hetero / onnxruntime per model, the geometric mean and the 
 For the models whose weights exceed the last-level cache (a decode step: every weight read
 from memory once per call) it prints the weight bytes per millisecond of each runtime (GB/s)
 beside the copy bandwidth ``tvm-hetero devices`` measures (``profiles.measure_transfer``).
-Models: ``benchmarks/suite_models.py``.
+Models: ``tvm_hetero/testing/suite/``.
 
 With ``--tune-trials N --tuning-db DIR`` each model's all-on-device placement is first tuned
 with MetaSchedule (``tvm_hetero.tune_kernels``: N trials per model, shared by its kernels; with
@@ -42,28 +42,16 @@ from collections import defaultdict
 
 import onnxruntime as ort
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE, ort_cpu_session, suite_case  # noqa: E402
-
-import tvm_hetero as th  # noqa: E402
-from tvm_hetero.devices import host_num_cores  # noqa: E402
-from tvm_hetero.layers import layered_module  # noqa: E402
-from tvm_hetero.profiles import kernel_for, measure_transfer, time_kernel  # noqa: E402
-from tvm_hetero.testing import max_relative_error  # noqa: E402
+import tvm_hetero as th
+from tvm_hetero.devices import host_num_cores
+from tvm_hetero.layered import layered_module
+from tvm_hetero.profiles import kernel_for, time_kernel
+from tvm_hetero.testing import max_relative_error
+from tvm_hetero.testing.suite import (SUITE, copy_bandwidth_gbs, cpu_name, ort_cpu_session,
+                                      suite_case, weight_bytes)
 
 TOLERANCE = 1e-3  # max |ours - ort| / max |ort| over the outputs
 SETTLE_S = 0.5
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def last_level_cache_bytes() -> int | None:
@@ -94,23 +82,6 @@ def last_level_cache_bytes() -> int | None:
         except (ValueError, OSError):
             best = None
     return best
-
-
-def weight_bytes(proto) -> int:
-    """Bytes of the model's initializers (its weights and constants)."""
-    from onnx import helper
-
-    total = 0
-    for init in proto.graph.initializer:
-        count = math.prod(init.dims)
-        total += count * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
-    return total
-
-
-def copy_bandwidth_gbs(device, tries: int = 3) -> float:
-    """The copy bandwidth ``tvm-hetero devices`` reports for one device (a device-to-itself
-    copy fitted over 4 KiB..16 MiB, ``profiles.measure_transfer``): the best of `tries`."""
-    return max(measure_transfer(device, device).bandwidth_gbs for _ in range(tries))
 
 
 def ratio_summary(ratios: dict[str, float]) -> str:
@@ -268,8 +239,8 @@ def main() -> None:
     if args.tune_only:  # a long run's log: each kernel ranked, left out, compared
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-        logging.getLogger("tvm_hetero.optimize.tuning").addHandler(handler)
-        logging.getLogger("tvm_hetero.optimize.tuning").setLevel(logging.INFO)
+        logging.getLogger("tvm_hetero.optimize.metaschedule").addHandler(handler)
+        logging.getLogger("tvm_hetero.optimize.metaschedule").setLevel(logging.INFO)
         total = time.perf_counter()
         for name in names:
             proto, _ = SUITE[name]()

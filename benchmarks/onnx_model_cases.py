@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from onnx_cases import VERDICTS, run_cases, totals  # noqa: E402
+from tvm_hetero.testing.onnx_cases import VERDICTS, run_cases, totals
 
 GROUPS = ("pytorch-converted", "pytorch-operator", "simple")
 

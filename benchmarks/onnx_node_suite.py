@@ -15,15 +15,12 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import sys
 import tempfile
 import time
 import warnings
 from unittest import mock
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from onnx_cases import VERDICTS, run_cases, totals  # noqa: E402
+from tvm_hetero.testing.onnx_cases import VERDICTS, run_cases, totals
 
 
 def generate_cases(folder: str, only: str | None) -> dict[str, str]:

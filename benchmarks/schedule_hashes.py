@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE  # noqa: E402
+from tvm_hetero.testing.suite import SUITE
 
 DEVICES = ("cpu", "cuda")
 

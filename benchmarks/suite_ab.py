@@ -7,12 +7,12 @@ alternating onnxruntime, the revision's build and the tree's, the best median of
 
 The revision is checked out in a git worktree (removed afterwards) and builds in a process of
 its own with that worktree first on ``PYTHONPATH``; the models come from this tree's
-``suite_models.py`` for both sides. Every output is checked against onnxruntime (relative error
-at most 1e-3); a model one side cannot build, or builds wrong, is marked and left out of that
-side's summary. Prints per model the milliseconds of each and the ratios to onnxruntime, the
-geometric mean and the worst of each side, the models slower after than before (by more than
-5 %), and the CPU. Takes about as long as two suite builds plus the rounds (20-40 minutes on 2
-cores).
+``tvm_hetero.testing.suite`` for both sides (written once as ONNX files that both sides load).
+Every output is checked against onnxruntime (relative error at most 1e-3); a model one side
+cannot build, or builds wrong, is marked and left out of that side's summary. Prints per
+model the milliseconds of each and the ratios to onnxruntime, the geometric mean and the worst
+of each side, the models slower after than before (by more than 5 %), and the CPU. Takes about
+as long as two suite builds plus the rounds (20-40 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -21,25 +21,25 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-from suite_models import SUITE, alternating_best, suite_case  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TOLERANCE = 1e-3
 SLOWER = 1.05  # after / before above this: slower (the run-to-run spread of one model)
 
 
-def export_builds(names: list[str], out: str) -> None:
-    """Build each model all on cpu with the tvm_hetero importable here, export it to
-    ``out/NAME.so``; ``out/builds.json``: build seconds or the error per model."""
+def export_builds(names: list[str], onnx_dir: str, out: str) -> None:
+    """Build each model (``onnx_dir/NAME.onnx``) all on cpu with the tvm_hetero importable
+    here, export it to ``out/NAME.so``; ``out/builds.json``: build seconds or the error per
+    model."""
+    import onnx
+
     import tvm_hetero as th
-    from tvm_hetero.devices import host_num_cores
 
     os.makedirs(out, exist_ok=True)
     devices = th.DeviceSet.parse(["cpu"])
@@ -47,7 +47,7 @@ def export_builds(names: list[str], out: str) -> None:
     for name in names:
         start = time.perf_counter()
         try:
-            _, _, model, _, _, _ = suite_case(name, host_num_cores())
+            model = th.load_model(onnx.load(os.path.join(onnx_dir, f"{name}.onnx")), name=name)
             compiled = th.build(model, "all:cpu", devices)
             compiled.export_library(os.path.join(out, f"{name}.so"))
             results[name] = {"build_s": time.perf_counter() - start}
@@ -58,13 +58,13 @@ def export_builds(names: list[str], out: str) -> None:
             json.dump(results, handle, indent=1)
 
 
-def build_side(label: str, tree: str, names: list[str], out: str) -> dict:
+def build_side(label: str, tree: str, names: list[str], onnx_dir: str, out: str) -> dict:
     """Run :func:`export_builds` in a process importing tvm_hetero from `tree`."""
     print(f"building with {label} ({tree})", flush=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [tree, os.environ.get(
         "PYTHONPATH")])))
     subprocess.run([sys.executable, os.path.abspath(__file__), "--export-only", out,
-                    "--models", ",".join(names)], env=env, check=True)
+                    "--onnx-dir", onnx_dir, "--models", ",".join(names)], env=env, check=True)
     with open(os.path.join(out, "builds.json")) as handle:
         return json.load(handle)
 
@@ -77,39 +77,47 @@ def geomean(values) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="HEAD", help="git revision built as 'before'")
-    parser.add_argument("--models", default=",".join(SUITE))
+    parser.add_argument("--models", help="comma-separated suite models (default: all)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", help="keep the libraries here (default: a temporary folder)")
     parser.add_argument("--export-only", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--onnx-dir", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    names = [n for n in args.models.split(",") if n]
+    if args.export_only:  # a build side: tvm_hetero may be a revision without the suite
+        export_builds([n for n in args.models.split(",") if n], args.onnx_dir,
+                      args.export_only)
+        return
+
+    import onnx
+
+    import tvm_hetero as th
+    from tvm_hetero.devices import host_num_cores
+    from tvm_hetero.testing import max_relative_error
+    from tvm_hetero.testing.suite import SUITE, alternating_best, cpu_name, suite_case
+
+    names = [n for n in (args.models or ",".join(SUITE)).split(",") if n]
     unknown = [n for n in names if n not in SUITE]
     if unknown:
         sys.exit(f"error: unknown suite models: {', '.join(unknown)}")
-    if args.export_only:
-        export_builds(names, args.export_only)
-        return
-
-    import tvm_hetero as th
-    from model_suite import cpu_name
-    from tvm_hetero.devices import host_num_cores
-    from tvm_hetero.testing import max_relative_error
-
     out = args.out or tempfile.mkdtemp(prefix="suite_ab_")
     worktree = tempfile.mkdtemp(prefix="suite_ab_tree_")
+    onnx_dir = tempfile.mkdtemp(prefix="suite_ab_models_")
     try:
+        for name in names:  # this tree's models, for both sides
+            onnx.save(SUITE[name]()[0], os.path.join(onnx_dir, f"{name}.onnx"))
         subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", "-q", worktree,
                         args.before], check=True)
         revision = subprocess.run(["git", "-C", worktree, "rev-parse", "--short", "HEAD"],
                                   capture_output=True, text=True, check=True).stdout.strip()
         builds = {"before": build_side(f"{args.before} ({revision})", worktree, names,
-                                       os.path.join(out, "before")),
-                  "after": build_side("the working tree", REPO, names,
+                                       onnx_dir, os.path.join(out, "before")),
+                  "after": build_side("the working tree", REPO, names, onnx_dir,
                                       os.path.join(out, "after"))}
     finally:
         subprocess.run(["git", "-C", REPO, "worktree", "remove", "--force", worktree],
                        check=False)
+        shutil.rmtree(onnx_dir, ignore_errors=True)
 
     threads = host_num_cores()
     rows = []

@@ -97,17 +97,6 @@ def rng():
     return np.random.default_rng(0)
 
 
-def suite_models():
-    """``benchmarks/suite_models.py``, the architecture suite's model builders."""
-    benchmarks = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                              "benchmarks")
-    if benchmarks not in sys.path:
-        sys.path.insert(0, benchmarks)
-    import suite_models as module
-
-    return module
-
-
 def run_cli(*args, cwd=None, timeout=600):
     """Run `tvm-hetero ARGS` in a fresh process; returns CompletedProcess (text)."""
     return subprocess.run([sys.executable, "-m", "tvm_hetero.cli.main", *args], cwd=cwd,

@@ -9,7 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_hetero as th
 from tvm_hetero.api import inspect_model
-from tvm_hetero.layers import classify_bindings, layered_module, placed_module
+from tvm_hetero.classify import classify_bindings
+from tvm_hetero.layered import layered_module, placed_module
 from tvm_hetero.ops.winograd import is_winograd
 from tvm_hetero.prepare import PrepareConfig
 from tvm_hetero.testing import max_relative_error, onnx_reference

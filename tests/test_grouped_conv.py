@@ -11,10 +11,10 @@ from tvm import relax
 
 import tvm_hetero as th
 from tvm_hetero import optimize
-from tvm_hetero.layers import OP_KINDS_ATTR
 from tvm_hetero.ops import grouped_conv1x1
 from tvm_hetero.optimize.cpu.grouped_pixels_1x1 import GroupedPixels1x1
 from tvm_hetero.prepare import PrepareConfig
+from tvm_hetero.relax_ir import OP_KINDS_ATTR
 
 from test_optimize_kernels import scheduled_and_checked
 

@@ -268,8 +268,9 @@ def test_one_executable_gives_nonzero_outputs_of_any_length():
 
 def test_a_layer_whose_shape_depends_on_input_values_is_profiled_at_its_upper_bound():
     from tvm_hetero.devices import DeviceSet
-    from tvm_hetero.layers import bounded_kernel, layered_module, upper_bounds
+    from tvm_hetero.layered import layered_module
     from tvm_hetero.profiles import profile_model
+    from tvm_hetero.relax_ir import bounded_kernel, upper_bounds
 
     model_proto, inputs, _ = onnx_node_case("test_compress_0")
     model = th.load_model(model_proto)
@@ -330,7 +331,7 @@ def test_clip_with_constant_bounds_imports_as_relax_maximum_minimum(opset, low, 
     # TVM's converter writes TE kernels (call_tir), which the blocked layout cannot follow
     from tvm import relax
 
-    from tvm_hetero.layers import main_bindings
+    from tvm_hetero.relax_ir import main_bindings
 
     model = th.load_model(_clip_model(opset, low, high))
     ops = [getattr(b.value.op, "name", "") for b in main_bindings(model.mod)

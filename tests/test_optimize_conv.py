@@ -7,10 +7,10 @@ import pytest
 import tvm
 
 from tvm_hetero import optimize
-from tvm_hetero.layers import OP_KINDS_ATTR
 from tvm_hetero.ops.conv2d_nchwc import depthwise_conv2d_nchwc
 from tvm_hetero.optimize.cpu import DepthwiseNCHWc, DepthwiseRows
 from tvm_hetero.optimize.pass_ import optimize_function
+from tvm_hetero.relax_ir import OP_KINDS_ATTR
 
 from test_optimize_kernels import _run, scheduled_and_checked
 
@@ -181,9 +181,9 @@ def _blocked_conv(lanes: int, channels: int, size: int, winograd_form: bool):
      {14: (2, 7), 7: (2, 7)}),
 ])
 def test_blocked_register_tiles_follow_the_targets_registers(mcpu, direct, products):
-    from tvm_hetero.optimize.cpu.base import (PACKED_ACCUMULATORS, cpu_traits, packed_tile,
-                                              tile_registers)
+    from tvm_hetero.optimize.cpu.base import PACKED_ACCUMULATORS, packed_tile, tile_registers
     from tvm_hetero.optimize.cpu.winograd import products_tile
+    from tvm_hetero.target import cpu_traits
 
     registers = cpu_traits(tvm.target.Target({"kind": "llvm", "mcpu": mcpu})).registers
     accumulators = PACKED_ACCUMULATORS[registers]
@@ -204,7 +204,8 @@ def test_blocked_register_tiles_follow_the_targets_registers(mcpu, direct, produ
     ("znver4", 3, 14, (1, 14)), ("znver4", 10, 27, (1, 9)), ("znver4", 60, 14, (2, 7)),
 ])
 def test_register_tiles_keep_enough_accumulators_for_the_fma_latency(mcpu, blocks, width, tile):
-    from tvm_hetero.optimize.cpu.base import PACKED_ACCUMULATORS, cpu_traits, packed_tile
+    from tvm_hetero.optimize.cpu.base import PACKED_ACCUMULATORS, packed_tile
+    from tvm_hetero.target import cpu_traits
 
     registers = cpu_traits(tvm.target.Target({"kind": "llvm", "mcpu": mcpu})).registers
     assert packed_tile(blocks, width, PACKED_ACCUMULATORS[registers], registers) == tile
@@ -217,7 +218,7 @@ def test_blocked_convolutions_compute_right_with_the_targets_tiles(mcpu, accumul
                                                                     winograd_form, rule):
     import re
 
-    from tvm_hetero.optimize.cpu.base import cpu_traits
+    from tvm_hetero.target import cpu_traits
 
     target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
     lanes = cpu_traits(target).lanes

@@ -1,4 +1,4 @@
-"""Kernel classes of the architecture suite (benchmarks/suite_models.py): each scheduled by a
+"""Kernel classes of the architecture suite (tvm_hetero.testing.suite): each scheduled by a
 rule (none left to TVM's default loops) and computing what TVM's default loops compute."""
 
 import numpy as np
@@ -8,8 +8,7 @@ from tvm.script import tirx as T
 
 from tvm_hetero import optimize
 from tvm_hetero.optimize.pass_ import optimize_function
-
-from conftest import suite_models
+from tvm_hetero.testing import suite
 
 
 @pytest.fixture(autouse=True)
@@ -94,7 +93,7 @@ def _census(proto, name, target, check_rules=()):
     """``{kernel: rule}`` of a model's layered module under the table; the kernels scheduled
     by `check_rules` are also run against TVM's default loops."""
     import tvm_hetero as th
-    from tvm_hetero.layers import layered_module
+    from tvm_hetero.layered import layered_module
 
     mod = layered_module(th.load_model(proto, name=name))
     rules = {}
@@ -112,7 +111,6 @@ def _smallsuite_models():
     embedding gather and int64 index fix-up, attention mask, softmax, layer norm, GELU,
     transposes, ViT's class-token gather and prime token count, squeeze-and-excite 1x1
     convolutions of 1x1 maps with HardSwish, SiLU and sigmoid gates, depthwise 3x3 and 5x5."""
-    suite = suite_models()
     return {"bert_layer": suite.bert_layer(seq=16, d=64, heads=2, vocab=64)[0],
             "gpt2_block": suite.gpt2_block(seq=16, d=64, heads=2)[0],
             "vit": suite.vit(d=64, heads=2, patch=16)[0],
@@ -138,7 +136,6 @@ def test_no_kernel_of_the_small_suite_keeps_tvms_default_loops(mcpu):
 
 @pytest.mark.slow
 def test_no_kernel_of_the_suite_keeps_tvms_default_loops():
-    suite = suite_models()
     target = _target()
     unscheduled = {}
     for name, make in suite.SUITE.items():

@@ -10,8 +10,8 @@ import tvm_hetero as th
 from tvm_hetero import optimize
 from tvm_hetero.devices import host_cpu_name
 from tvm_hetero.optimize.cpu import PACKED_WEIGHTS_ATTR
-from tvm_hetero.optimize.cpu.base import vector_lanes
 from tvm_hetero.optimize.cpu.fast_math import fast_math
+from tvm_hetero.target import vector_lanes
 
 from conftest import zoo
 
@@ -132,7 +132,8 @@ def test_an_mlps_dense_layers_take_packed_matmul_with_weights_repacked_at_build_
         cpu_devices):
     import tvm
 
-    from tvm_hetero.layers import layered_module, main_bindings
+    from tvm_hetero.layered import layered_module
+    from tvm_hetero.relax_ir import main_bindings
 
     model = zoo("mlp")  # 256 -> 512 -> 256 -> 10 at batch 8
     rules = th.build(model, "all:cpu", cpu_devices).stats.rules
@@ -208,8 +209,8 @@ def _runs_here(target):
 def test_a_memory_bound_product_runs_every_row_tile_over_each_block_of_the_weight(mcpu):
     import re
 
-    from tvm_hetero.optimize.cpu.base import cpu_traits
     from tvm_hetero.optimize.cpu.packed_matmul import matmul_tile, reduction_block
+    from tvm_hetero.target import cpu_traits
 
     target = _target(mcpu)
     _runs_here(target)
@@ -234,9 +235,9 @@ def test_a_memory_bound_product_runs_every_row_tile_over_each_block_of_the_weigh
 
 
 def test_avx2_and_avx512_targets_get_their_own_lanes_registers_caches_and_tiles():
-    from tvm_hetero.optimize.cpu.base import CpuTraits, cpu_traits
     from tvm_hetero.optimize.cpu.packed_matmul import matmul_tile
     from tvm_hetero.optimize.cpu.tiled import tiled_tile
+    from tvm_hetero.target import CpuTraits, cpu_traits
 
     avx2, avx512 = _target("haswell"), _target("znver4")
     assert cpu_traits(avx2) == CpuTraits(lanes=8, registers=16, l1_bytes=32 << 10,

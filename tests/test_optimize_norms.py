@@ -1,6 +1,6 @@
 """Reductions whose epilogue spans the row (an RMS norm: mean of squares, square root,
 reciprocal, scale), reductions over any axes with a fan-out epilogue, and the suite's decode
-step and detector (benchmarks/suite_models.py) at small sizes against onnxruntime."""
+step and detector (tvm_hetero.testing.suite) at small sizes against onnxruntime."""
 
 import numpy as np
 import pytest
@@ -8,9 +8,7 @@ import tvm
 
 import tvm_hetero as th
 from tvm_hetero import optimize
-from tvm_hetero.testing import max_relative_error
-
-from conftest import suite_models
+from tvm_hetero.testing import max_relative_error, suite
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +20,6 @@ def fresh_table():
 
 def _rms_norm(shape, reciprocal: bool):
     """``x / sqrt(mean(x^2) + eps) * w`` over the last axis (Div, or Reciprocal then Mul)."""
-    suite = suite_models()
     g = suite.GraphBuilder(seed=1)
     mean = g.op("ReduceMean", [g.op("Pow", ["x", g.scalar(2.0)])], axes=[-1], keepdims=1)
     root = g.op("Sqrt", [g.op("Add", [mean, g.scalar(1e-6)])])
@@ -32,12 +29,13 @@ def _rms_norm(shape, reciprocal: bool):
         normed = g.op("Div", ["x", root])
     weight = g.const(np.linspace(0.5, 1.5, shape[-1]).astype(np.float32))
     out = g.op("Mul", [normed, weight])
-    return g.model("rms_norm", [suite._float_input("x", shape)], [out]), \
-        {"x": suite._normal(shape)}
+    return g.model("rms_norm", [suite.float_input("x", shape)], [out]), \
+        {"x": suite.normal_array(shape)}
 
 
 def _reduction_kernel(proto):
-    from tvm_hetero.layers import kernel_kind, layered_module
+    from tvm_hetero.classify import kernel_kind
+    from tvm_hetero.layered import layered_module
 
     mod = layered_module(th.load_model(proto))
     found = [(gv.name_hint, func) for gv, func in mod.functions_items()
@@ -98,15 +96,14 @@ def test_reductions_over_any_axes_with_a_fan_out_epilogue_match_the_default_loop
         shape, axes, op):
     # the reduction's input read again by its epilogue: x * x / (reduce(x) + 3); run three
     # times (a race shows as results that change between runs)
-    suite = suite_models()
     g = suite.GraphBuilder(seed=2)
     if op == "ReduceSum":
         reduced = g.op(op, ["x", g.ints(axes)], keepdims=1)
     else:
         reduced = g.op(op, ["x"], axes=axes, keepdims=1)
     out = g.op("Mul", [g.op("Div", ["x", g.op("Add", [reduced, g.scalar(3.0)])]), "x"])
-    model = th.load_model(g.model("reduce", [suite._float_input("x", shape)], [out]))
-    inputs = {"x": suite._normal(shape)}
+    model = th.load_model(g.model("reduce", [suite.float_input("x", shape)], [out]))
+    inputs = {"x": suite.normal_array(shape)}
     want = th.build(model, "all:cpu", ["cpu"], optimize=False).run(inputs)
     compiled = th.build(model, "all:cpu", ["cpu"])
     for _ in range(3):
@@ -114,7 +111,6 @@ def test_reductions_over_any_axes_with_a_fan_out_epilogue_match_the_default_loop
 
 
 def _against_onnxruntime(proto, feed):
-    suite = suite_models()
     model = th.load_model(proto)
     inputs = {spec.name: feed[spec.source_name or spec.name] for spec in model.inputs}
     want = suite.ort_cpu_session(proto, 2).run(None, feed)
@@ -124,7 +120,7 @@ def _against_onnxruntime(proto, feed):
 
 
 def test_the_suites_decode_step_matches_onnxruntime_with_its_norms_as_rows():
-    proto, feed = suite_models().llama_decode(d=128, heads=4, ffn=352, layers=2, past=7)
+    proto, feed = suite.llama_decode(d=128, heads=4, ffn=352, layers=2, past=7)
     rules = _against_onnxruntime(proto, feed).stats.rules
     norms = [rule for name, rule in rules.items() if name.startswith("fused_mean")]
     assert norms and set(norms) == {"row-reductions"}, rules
@@ -134,5 +130,5 @@ def test_the_suites_decode_step_matches_onnxruntime_with_its_norms_as_rows():
 def test_the_suites_detector_matches_onnxruntime():
     # SiLU convolutions (fan-out of the convolution), Resize and Add in the neck, three
     # Reshape / Transpose / Sigmoid heads joined by Concat
-    proto, feed = suite_models().yolo_detector(size=64, classes=3)
+    proto, feed = suite.yolo_detector(size=64, classes=3)
     _against_onnxruntime(proto, feed)

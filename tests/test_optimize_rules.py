@@ -7,7 +7,7 @@ from tvm.script import tirx as T
 
 import tvm_hetero as th
 from tvm_hetero import optimize
-from tvm_hetero.layers import LAYER_KINDS
+from tvm_hetero.classify import LAYER_KINDS
 from tvm_hetero.optimize import table
 from tvm_hetero.optimize.cpu.packed_weights import tiled_fits_better
 
@@ -65,7 +65,7 @@ def test_packed_weights_yields_to_tiled_in_the_table_itself():
     assert names.index("packed-weights") < names.index("tiled")
 
 
-def test_a_new_rule_class_is_used_once_named_in_the_table(monkeypatch):
+def test_a_new_rule_class_is_used_once_named_in_the_table():
     class EveryAdd(optimize.Rule):
         name = "every-add"
         description = "marks elementwise kernels"
@@ -75,18 +75,82 @@ def test_a_new_rule_class_is_used_once_named_in_the_table(monkeypatch):
         def apply(self, func, target):
             return func.with_attr("tvm_hetero.marked", 1)
 
-    defaults = table.default_table
-
-    def with_the_new_rule():
-        rules = defaults()
-        rules[("cpu", "elementwise")].insert(0, EveryAdd())  # the one added line
-        return rules
-
-    monkeypatch.setattr(table, "default_table", with_the_new_rule)
-    optimize.reset_table()
-    assert optimize.rules_for("cpu", "elementwise")[0].name == "every-add"
-    func, rule = optimize.optimize_function(_add(), _llvm())
+    rules = table.default_table().with_rule("cpu", "elementwise", EveryAdd())  # the one line
+    assert rules.rules_for("cpu", "elementwise")[0].name == "every-add"
+    func, rule = optimize.optimize_function(_add(), _llvm(), rules=rules)
     assert rule == "every-add" and int(func.attrs["tvm_hetero.marked"]) == 1
+    # passed, not registered: what is given no table does not see it
+    assert optimize.optimize_function(_add(), _llvm())[1] != "every-add"
+
+
+def test_a_table_is_a_value_and_its_variants_are_new_tables():
+    from tvm_hetero.optimize.cpu import Tiled
+
+    defaults = optimize.default_table()
+    assert defaults == optimize.default_table() and defaults.is_default
+    assert defaults.key == optimize.default_table().key and defaults.fast_exp
+    without = defaults.without("tiled")
+    assert all("tiled" not in names for _, _, names in without.rows())
+    assert "tiled" in [r.name for r in defaults.rules_for("cpu", "conv2d")]  # untouched
+    assert without != defaults and not without.is_default
+    # a class, in one pair only
+    only_matmul = defaults.without(Tiled, "cpu", "matmul")
+    assert "tiled" not in [r.name for r in only_matmul.rules_for("cpu", "matmul")]
+    assert "tiled" in [r.name for r in only_matmul.rules_for("cpu", "conv2d")]
+    # a rule at a position, last, or a whole entry replaced
+    mine = optimize.Rule.from_callable("mine", "mine", lambda f, t: None,
+                                       kinds=("pooling",), families=("cpu",))
+    assert [r.name for r in defaults.with_rule("cpu", "pooling", mine, 1)["cpu", "pooling"]] \
+        == ["pooling-rows", "mine", "reduction-chains", "parallel-loops"]
+    assert defaults.with_rule("cpu", "pooling", mine, None).rules_for("cpu", "pooling")[-1] \
+        is mine
+    assert defaults.with_rules("cpu", "pooling", [mine])["cpu", "pooling"] == (mine,)
+    assert not defaults.with_fast_exp(False).fast_exp
+    assert defaults.with_fast_exp(False) != defaults
+    assert defaults.with_fast_exp(False).with_fast_exp(True) == defaults
+    # a setting of a rule tells two tables apart (Tiled(rows=4) is not Tiled())
+    assert defaults.with_rule("cpu", "conv2d", Tiled(rows=4)) != \
+        defaults.with_rule("cpu", "conv2d", Tiled())
+    with pytest.raises(ValueError, match="serves kinds"):
+        defaults.with_rule("cpu", "conv2d", mine)
+    with pytest.raises(ValueError, match="unknown"):
+        defaults.with_rules("tpu", "conv2d", [])
+    with pytest.raises(TypeError, match="RuleTable"):
+        optimize.optimize_function(_add(), _llvm(), rules={("cpu", "elementwise"): []})
+
+
+def test_register_rule_changes_the_active_table_only():
+    mine = optimize.Rule.from_callable("mine", "mine", lambda f, t: None,
+                                       kinds=("pooling",), families=("cpu",))
+    before = optimize.active_table()
+    optimize.register_rule("cpu", "pooling", mine)
+    assert optimize.active_table().rules_for("cpu", "pooling")[0] is mine
+    assert optimize.rules_for("cpu", "pooling")[0] is mine
+    assert before.rules_for("cpu", "pooling")[0] is not mine  # a table never changes
+    assert optimize.default_table().rules_for("cpu", "pooling")[0] is not mine
+    assert not optimize.active_table().is_default
+    optimize.reset_table()
+    assert optimize.active_table().is_default
+
+
+def _exp():
+    @T.prim_func(private=True, s_tir=True)
+    def exp(a: T.Buffer((512, 512), "float32"), y: T.Buffer((512, 512), "float32")):
+        T.func_attr({"tvm_hetero.op_kinds": ["exp"]})
+        for i, j in T.grid(512, 512):
+            with T.sblock("exp"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                y[vi, vj] = T.exp(a[vi, vj])
+
+    return exp
+
+
+def test_the_vector_exp_is_an_option_of_the_table():
+    fast, rule = optimize.optimize_function(_exp(), _llvm(), "exp")
+    assert rule is not None and "T.exp(" not in fast.script()
+    plain, rule_without = optimize.optimize_function(
+        _exp(), _llvm(), "exp", rules=optimize.default_table().with_fast_exp(False))
+    assert rule_without == rule and "T.exp(" in plain.script()
 
 
 def test_a_rule_is_registered_only_where_it_serves():
@@ -133,7 +197,7 @@ def test_the_tests_run_in_strict_mode():
 def test_vector_lanes_follow_the_targets_mcpu(mcpu, expected):
     import tvm
 
-    from tvm_hetero.optimize.cpu.base import vector_lanes
+    from tvm_hetero.target import vector_lanes
 
     assert vector_lanes(tvm.target.Target({"kind": "llvm", "mcpu": mcpu})) == expected
 

@@ -11,7 +11,6 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import tvm_hetero as th
-from tvm_hetero.layers import OP_KINDS_ATTR, main_bindings
 from tvm_hetero.ops import conv2d_nchwc, winograd
 from tvm_hetero.prepare import PrepareConfig
 from tvm_hetero.prepare.blocked_conv_layout import BlockedConvLayout
@@ -25,6 +24,7 @@ from tvm_hetero.prepare.op_kinds import FuseTIRKeepingOpKinds
 from tvm_hetero.prepare.pad_conv_channels import PadConvChannels
 from tvm_hetero.prepare.pipeline import graph_phase
 from tvm_hetero.prepare.simplify_stack_sum import SimplifyStackSum
+from tvm_hetero.relax_ir import OP_KINDS_ATTR, main_bindings
 
 
 def _weights(*shape, seed=0):

@@ -8,7 +8,7 @@ import pytest
 
 import tvm_hetero as th
 from tvm_hetero.optimize import TUNED
-from tvm_hetero.optimize.tuning import CHOICES_FILE, TuningDatabase, tune_kernels
+from tvm_hetero.optimize.metaschedule import CHOICES_FILE, KernelTuningDatabase, tune_kernels
 from tvm_hetero.testing import max_relative_error, onnx_reference
 
 from conftest import zoo
@@ -67,14 +67,14 @@ def test_build_uses_a_tuned_kernel_only_where_it_beat_the_rules(tuned_db, tmp_pa
         choice["rule_ms"] = math.inf if choice["tuned_ms"] is not None else choice["rule_ms"]
         choice["choices_ms"] = None  # the rule's variants not measured
     (copy / CHOICES_FILE).write_text(json.dumps(data))
-    forced = th.build(model, "all:cpu", devices, tuning_db=TuningDatabase(copy))
+    forced = th.build(model, "all:cpu", devices, tuning_db=KernelTuningDatabase(copy))
     with_schedule = {c.name for c in summary.choices if c.tuned_ms is not None}
     assert {k for k, r in forced.stats.rules.items() if r == TUNED} == with_schedule
     assert max_relative_error(forced.run(inputs), want) < 1e-4
 
 
 def test_tuning_measures_the_rule_s_choices_and_builds_take_the_fastest(tuned_db, tmp_path):
-    from tvm_hetero.optimize import tuning
+    from tvm_hetero.optimize.metaschedule import CHOICES_MARGIN
 
     path, summary = tuned_db
     model = zoo("mlp")
@@ -83,7 +83,7 @@ def test_tuning_measures_the_rule_s_choices_and_builds_take_the_fastest(tuned_db
     with_variants = [c for c in summary.choices if c.choices_ms is not None]
     assert with_variants and all(c.choices_ms > 0 for c in with_variants)
     assert all(c.use_choices == (bool(c.choices) and c.choices_ms is not None
-                                 and c.choices_ms < tuning.CHOICES_MARGIN * c.rule_ms
+                                 and c.choices_ms < CHOICES_MARGIN * c.rule_ms
                                  and not c.use_tuned) for c in summary.choices)
     # every variant faster than the rule and MetaSchedule: the build takes them
     copy = _copy(path, tmp_path / "db")
@@ -96,7 +96,7 @@ def test_tuning_measures_the_rule_s_choices_and_builds_take_the_fastest(tuned_db
             choice["choices_ms"], choice["tuned_ms"] = 0.0, None
             forced[choice["name"]] = choice["choices"]
     (copy / CHOICES_FILE).write_text(json.dumps(data))
-    built = th.build(model, "all:cpu", devices, tuning_db=TuningDatabase(copy))
+    built = th.build(model, "all:cpu", devices, tuning_db=KernelTuningDatabase(copy))
     assert built.stats.tuned_choices == forced
     plain = th.build(model, "all:cpu", devices)
     assert built.stats.rules == plain.stats.rules and not plain.stats.tuned_choices
@@ -105,7 +105,7 @@ def test_tuning_measures_the_rule_s_choices_and_builds_take_the_fastest(tuned_db
 
 
 def test_a_kernel_choice_takes_the_fastest_of_rule_variants_and_metaschedule():
-    from tvm_hetero.optimize.tuning import KernelChoice
+    from tvm_hetero.optimize.metaschedule import KernelChoice
 
     def choice(tuned, rule, variant, choices=None):
         return KernelChoice("k", "cpu", 1, 4, tuned, rule, "tiled",
@@ -123,9 +123,9 @@ def test_a_kernel_choice_takes_the_fastest_of_rule_variants_and_metaschedule():
 
 def test_kernels_are_tuned_per_target(tuned_db):
     path, _ = tuned_db
-    db = TuningDatabase(path)
+    db = KernelTuningDatabase(path)
     layered = th.extract_layers(zoo("mlp"))
-    from tvm_hetero.layers import layered_module
+    from tvm_hetero.layered import layered_module
 
     mod = layered_module(zoo("mlp"))
     func = mod[mod.get_global_var(layered[0].func_name)]
@@ -160,7 +160,7 @@ def test_comparisons_against_older_rules_are_not_used(tuned_db, tmp_path, caplog
         choice["rule_ms"] = math.inf
         choice["rules_version"] = RULES_VERSION - 1
     (copy / CHOICES_FILE).write_text(json.dumps(data))
-    db = TuningDatabase(copy)
+    db = KernelTuningDatabase(copy)
     with caplog.at_level("WARNING", logger="tvm_hetero.build"):
         compiled = th.build(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), tuning_db=db)
     assert TUNED not in compiled.stats.rules.values()
@@ -168,7 +168,7 @@ def test_comparisons_against_older_rules_are_not_used(tuned_db, tmp_path, caplog
     (warning,) = [r.message for r in caplog.records if "another version of the rules" in r.message]
     assert warning.startswith(f"{len(data['kernels'])} kernels of tuning database")
     layers = th.extract_layers(zoo("mlp"))
-    from tvm_hetero.layers import layered_module
+    from tvm_hetero.layered import layered_module
 
     mod = layered_module(zoo("mlp"))
     func = mod[mod.get_global_var(layers[0].func_name)]
@@ -177,7 +177,8 @@ def test_comparisons_against_older_rules_are_not_used(tuned_db, tmp_path, caplog
 
 def test_kernels_tuned_before_newer_rules_are_compared_again_not_tuned_again(tuned_db, tmp_path,
                                                                             monkeypatch):
-    from tvm_hetero.optimize import RULES_VERSION, tuning
+    from tvm_hetero.optimize import RULES_VERSION
+    from tvm_hetero.optimize.metaschedule import tuner
 
     path, summary = tuned_db
     copy = _copy(path, tmp_path / "db")
@@ -192,7 +193,7 @@ def test_kernels_tuned_before_newer_rules_are_compared_again_not_tuned_again(tun
     first = json.loads((copy / "database_workload.json").read_text().splitlines()[0])
     unmeasured = data["kernels"][f"{int(first[0]):x}"]["name"]
     sent = []
-    monkeypatch.setattr(tuning, "_run_metaschedule",
+    monkeypatch.setattr(tuner, "run_metaschedule",
                         lambda kernels, *args: sent.extend(name for name, _, _ in kernels) or 0)
     again = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=12,
                          database=str(copy))
@@ -206,25 +207,25 @@ def test_kernels_tuned_before_newer_rules_are_compared_again_not_tuned_again(tun
 def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path, monkeypatch):
     import tvm_ffi
 
-    from tvm_hetero.optimize import tuning
+    from tvm_hetero.optimize.metaschedule import tuner
 
     path, _ = tuned_db
     copy = _copy(path, tmp_path / "db")
     (copy / CHOICES_FILE).unlink()  # compared again, from the records already there
     # each kernel's timings as a machine that turns slow half-way would give them
-    slow_from = tuning.COMPARE_ROUNDS // 2
+    slow_from = tuner.COMPARE_ROUNDS // 2
     seen = []
 
     def fake_time(lib, func, device, **_):
         kind = next((kind for kind, funcs in scheduled.items()
                      if any(func.same_as(done) for done in funcs)), "tuned")
         seen.append(kind)
-        rounds = (seen.count(kind) - 1) % tuning.COMPARE_ROUNDS  # this kernel's rounds
+        rounds = (seen.count(kind) - 1) % tuner.COMPARE_ROUNDS  # this kernel's rounds
         fast = {"rule": 2.0, "tuned": 1.0, "variant": 3.0}[kind] - 0.01 * (rounds % slow_from)
         return fast * (3.0 if rounds >= slow_from else 1.0)
 
     scheduled = {"rule": [], "variant": []}  # schedule_kernel's functions, by whose they are
-    real_schedule_kernel = tuning.schedule_kernel
+    real_schedule_kernel = tuner.schedule_kernel
 
     def recording_schedule_kernel(*args, **kwargs):
         from tvm_hetero.optimize.choices import active
@@ -235,15 +236,15 @@ def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path
         return mod
 
     built = []  # what was compiled: never the same code twice
-    real_build_kernel = tuning.build_kernel
+    real_build_kernel = tuner.build_kernel
 
     def recording_build_kernel(mod, device):
         built.append(tvm_ffi.structural_hash(mod["main"]))
         return real_build_kernel(mod, device)
 
-    monkeypatch.setattr(tuning, "time_kernel", fake_time)
-    monkeypatch.setattr(tuning, "schedule_kernel", recording_schedule_kernel)
-    monkeypatch.setattr(tuning, "build_kernel", recording_build_kernel)
+    monkeypatch.setattr(tuner, "time_kernel", fake_time)
+    monkeypatch.setattr(tuner, "schedule_kernel", recording_schedule_kernel)
+    monkeypatch.setattr(tuner, "build_kernel", recording_build_kernel)
     summary = tune_kernels(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), trials=12,
                            database=str(copy))
     # a variant that left the code as the rule wrote it was scheduled, not compiled
@@ -253,7 +254,7 @@ def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path
     # alternately, not one after the other (the rule's variants in between)
     variants = seen.index("tuned") - 1
     assert variants > 0  # packed-matmul's tiles
-    per_kernel = (["rule"] + ["variant"] * variants + ["tuned"]) * tuning.COMPARE_ROUNDS
+    per_kernel = (["rule"] + ["variant"] * variants + ["tuned"]) * tuner.COMPARE_ROUNDS
     assert seen[:len(per_kernel)] == per_kernel
     lowest = 0.01 * (slow_from - 1)
     for choice in tuned:  # the best of the fast rounds, never a slow one
@@ -263,19 +264,20 @@ def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path
 
 
 def test_winograd_kernels_keep_their_rule_and_are_not_tuned(tmp_path, monkeypatch):
-    from tvm_hetero.optimize import RULES_VERSION, tuning
+    from tvm_hetero.optimize import RULES_VERSION
+    from tvm_hetero.optimize.metaschedule import tuner
 
     sent, compared = [], []  # what would go to MetaSchedule, what would be timed
-    monkeypatch.setattr(tuning, "_run_metaschedule",
+    monkeypatch.setattr(tuner, "run_metaschedule",
                         lambda kernels, *args: sent.extend(name for name, _, _ in kernels) or 0)
 
-    def fake_compare(db, name, func, calls, device, target):
+    def fake_compare(db, name, func, calls, device, target, rules):
         compared.append(name)
         return {"name": name, "device": device.name, "target": str(target), "trials": 0,
                 "tuned_ms": None, "rule_ms": 1.0, "rule": "tiled",
                 "rules_version": RULES_VERSION}
 
-    monkeypatch.setattr(tuning, "_compare", fake_compare)
+    monkeypatch.setattr(tuner, "compare_kernel", fake_compare)
     model = zoo("cnn")  # its 16 -> 32 channel 3x3 convolution is Winograd
     kernels = {layer.func_name for layer in th.extract_layers(model)}
     summary = tune_kernels(model, "all:cpu", th.DeviceSet.parse(["cpu"]), trials=8,
@@ -288,8 +290,9 @@ def test_winograd_kernels_keep_their_rule_and_are_not_tuned(tmp_path, monkeypatc
 def test_a_kernel_share_tunes_only_the_heaviest_kernels_heaviest_first(tmp_path, monkeypatch):
     import tvm_ffi
 
-    from tvm_hetero.layers import layered_module
-    from tvm_hetero.optimize import RULES_VERSION, tuning
+    from tvm_hetero.layered import layered_module
+    from tvm_hetero.optimize import RULES_VERSION
+    from tvm_hetero.optimize.metaschedule import tuner
 
     model = zoo("mlp")
     mod = layered_module(model)
@@ -304,17 +307,17 @@ def test_a_kernel_share_tunes_only_the_heaviest_kernels_heaviest_first(tmp_path,
 
     sent, compared = [], []
 
-    def fake_compare(db, name, func, calls, device, target):
+    def fake_compare(db, name, func, calls, device, target, rules):
         compared.append(name)
         return {"name": name, "device": device.name, "target": str(target), "trials": 0,
                 "tuned_ms": None, "rule_ms": rule_ms[name], "rule": "tiled",
                 "rules_version": RULES_VERSION}
 
-    monkeypatch.setattr(tuning, "kernel_for", lambda func, device: (func, func))
-    monkeypatch.setattr(tuning, "time_kernel", fake_time)
-    monkeypatch.setattr(tuning, "_run_metaschedule",
+    monkeypatch.setattr(tuner, "kernel_for", lambda func, device, **_: (func, func))
+    monkeypatch.setattr(tuner, "time_kernel", fake_time)
+    monkeypatch.setattr(tuner, "run_metaschedule",
                         lambda kernels, *args: sent.append([name for name, _, _ in kernels]) or 0)
-    monkeypatch.setattr(tuning, "_compare", fake_compare)
+    monkeypatch.setattr(tuner, "compare_kernel", fake_compare)
     devices = th.DeviceSet.parse(["cpu"])
     summary = tune_kernels(model, "all:cpu", devices, trials=8, database=str(tmp_path),
                            kernel_share=0.75)
@@ -333,8 +336,9 @@ def test_a_kernel_share_tunes_only_the_heaviest_kernels_heaviest_first(tmp_path,
 def test_kernels_measured_before_are_compared_again_outside_the_share(tmp_path, monkeypatch):
     import tvm_ffi
 
-    from tvm_hetero.layers import layered_module
-    from tvm_hetero.optimize import tuning
+    from tvm_hetero.layered import layered_module
+    from tvm_hetero.optimize import RULES_VERSION
+    from tvm_hetero.optimize.metaschedule import tuner
 
     model = zoo("mlp")
     mod = layered_module(model)
@@ -346,19 +350,19 @@ def test_kernels_measured_before_are_compared_again_outside_the_share(tmp_path, 
         return next(name for name in names if tvm_ffi.structural_equal(funcs[name], func))
 
     sent, compared = [], []
-    monkeypatch.setattr(tuning, "kernel_for", lambda func, device: (func, func))
-    monkeypatch.setattr(tuning, "time_kernel", lambda lib, *_, **__: rule_ms[name_of(lib)])
-    monkeypatch.setattr(tuning, "_run_metaschedule",
+    monkeypatch.setattr(tuner, "kernel_for", lambda func, device, **_: (func, func))
+    monkeypatch.setattr(tuner, "time_kernel", lambda lib, *_, **__: rule_ms[name_of(lib)])
+    monkeypatch.setattr(tuner, "run_metaschedule",
                         lambda kernels, *args: sent.append([name for name, _, _ in kernels]) or 0)
 
     def fake_compare(db, name, *args):
         compared.append(name)
         return {"name": name, "trials": 4, "tuned_ms": 0.5, "rule_ms": rule_ms[name],
-                "rule": "tiled", "rules_version": tuning.RULES_VERSION}
+                "rule": "tiled", "rules_version": RULES_VERSION}
 
-    monkeypatch.setattr(tuning, "_compare", fake_compare)
+    monkeypatch.setattr(tuner, "compare_kernel", fake_compare)
     # an earlier run (a larger share) measured names[0]; no comparison under these rules
-    monkeypatch.setattr(tuning.TuningDatabase, "has_records",
+    monkeypatch.setattr(KernelTuningDatabase, "has_records",
                         lambda self, func, target: name_of(func) == names[0])
     summary = tune_kernels(model, "all:cpu", th.DeviceSet.parse(["cpu"]), trials=8,
                            database=str(tmp_path), kernel_share=0.75)
@@ -381,7 +385,7 @@ def test_kernels_with_shapes_known_only_at_run_time_keep_their_rule(tmp_path, ca
     import onnx
 
     from tvm_hetero.cli.main import main
-    from tvm_hetero.layers import layered_module
+    from tvm_hetero.layered import layered_module
     from tvm_hetero.optimize.kernel import kernel_for, time_kernel
     from tvm_hetero.testing import onnx_node_case
 
@@ -406,25 +410,30 @@ def test_kernels_with_shapes_known_only_at_run_time_keep_their_rule(tmp_path, ca
 
 
 def test_kernels_of_a_tune_stopped_before_measuring_them_are_tuned_again(tmp_path, monkeypatch):
-    from tvm_hetero.layers import layered_module
-    from tvm_hetero.optimize import RULES_VERSION, tuning
-    from tvm_hetero.optimize.tuning import _workload
+    from tvm_hetero.layered import layered_module
+    from tvm_hetero.optimize import RULES_VERSION
+    from tvm_hetero.optimize.metaschedule import tuner
+    from tvm_hetero.optimize.metaschedule.records import workload
 
     model = zoo("mlp")
     devices = th.DeviceSet.parse(["cpu"])
     target = devices["cpu"].tvm_target()
     mod = layered_module(model)
     names = sorted({layer.func_name for layer in th.extract_layers(model)})
-    db = TuningDatabase(tmp_path)
+    db = KernelTuningDatabase(tmp_path)
     for name in names:  # what MetaSchedule writes first, before it measures anything
-        db.ms_database.commit_workload(_workload(mod[mod.get_global_var(name)], target))
+        db.ms_database.commit_workload(workload(mod[mod.get_global_var(name)], target))
     sent = []
-    monkeypatch.setattr(tuning, "_run_metaschedule",
+    monkeypatch.setattr(tuner, "run_metaschedule",
                         lambda kernels, *args: sent.extend(name for name, _, _ in kernels) or 0)
-    monkeypatch.setattr(tuning, "_compare", lambda db, name, func, calls, device, target: {
-        "name": name, "device": device.name, "target": str(target), "trials": 0,
-        "tuned_ms": None, "rule_ms": 1.0, "rule": "tiled", "rules_version": RULES_VERSION})
-    tune_kernels(model, "all:cpu", devices, trials=8, database=TuningDatabase(tmp_path))
+
+    def fake_compare(db, name, func, calls, device, target, rules):
+        return {"name": name, "device": device.name, "target": str(target), "trials": 0,
+                "tuned_ms": None, "rule_ms": 1.0, "rule": "tiled",
+                "rules_version": RULES_VERSION}
+
+    monkeypatch.setattr(tuner, "compare_kernel", fake_compare)
+    tune_kernels(model, "all:cpu", devices, trials=8, database=KernelTuningDatabase(tmp_path))
     assert sorted(sent) == names
 
 
@@ -433,8 +442,8 @@ def test_the_pooled_builder_keeps_its_workers_across_batches():
     import tvm
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
-    from tvm_hetero.layers import layered_module
-    from tvm_hetero.optimize.builder_pool import PooledBuilder
+    from tvm_hetero.layered import layered_module
+    from tvm_hetero.optimize.metaschedule.builder_pool import PooledBuilder
 
     mod = layered_module(zoo("mlp"))
     name = th.extract_layers(zoo("mlp"))[-1].func_name
@@ -474,28 +483,33 @@ def _embedding_model():
 
 def test_kernels_written_scheduled_are_not_tuned_and_unsearchable_ones_keep_their_rule(
         tmp_path, monkeypatch):
-    from tvm_hetero.layers import layered_module
-    from tvm_hetero.optimize import RULES_VERSION, tuning
+    from tvm_hetero.layered import layered_module
+    from tvm_hetero.optimize import RULES_VERSION
+    from tvm_hetero.optimize.metaschedule import tuner
 
     model = _embedding_model()
     mod = layered_module(model)
     funcs = {layer.func_name: mod[mod.get_global_var(layer.func_name)]
              for layer in th.extract_layers(model)}
-    guards = {name for name, func in funcs.items() if tuning.is_scheduled(func)}
+    guards = {name for name, func in funcs.items() if tuner.is_scheduled(func)}
     assert len(guards) == 1
     # MetaSchedule's design space generation raises on the index check: alone, it would fail
     # the whole tune; left out, nothing is tuned and MetaSchedule is not started
     target = th.DeviceSet.parse(["cpu"])["cpu"].tvm_target()
     (guard,) = guards
-    assert tuning._run_metaschedule([(guard, funcs[guard], 1)], target, 8, 8, 0,
-                                    TuningDatabase(tmp_path / "alone"), 2) == 1
+    assert tuner.run_metaschedule([(guard, funcs[guard], 1)], target, 8, 8, 0,
+                                  KernelTuningDatabase(tmp_path / "alone"), 2) == 1
     sent, compared = [], []
-    monkeypatch.setattr(tuning, "_run_metaschedule",
+    monkeypatch.setattr(tuner, "run_metaschedule",
                         lambda kernels, *args: sent.extend(name for name, _, _ in kernels) or 0)
-    monkeypatch.setattr(tuning, "_compare", lambda db, name, func, calls, device, target: (
-        compared.append(name) or {"name": name, "device": device.name, "target": str(target),
-                                  "trials": 0, "tuned_ms": None, "rule_ms": 1.0, "rule": "tiled",
-                                  "rules_version": RULES_VERSION}))
+
+    def fake_compare(db, name, func, calls, device, target, rules):
+        compared.append(name)
+        return {"name": name, "device": device.name, "target": str(target), "trials": 0,
+                "tuned_ms": None, "rule_ms": 1.0, "rule": "tiled",
+                "rules_version": RULES_VERSION}
+
+    monkeypatch.setattr(tuner, "compare_kernel", fake_compare)
     summary = tune_kernels(model, "all:cpu", th.DeviceSet.parse(["cpu"]), trials=8,
                            database=str(tmp_path / "db"))
     assert summary.as_written == 1
@@ -510,8 +524,53 @@ def test_the_import_machinery_s_frames_find_their_module_without_a_rescan():
     import inspect
     import sys
 
-    from tvm_hetero.optimize.builder_pool import import_tensor_intrinsics
+    from tvm_hetero.optimize.metaschedule.builder_pool import import_tensor_intrinsics
 
     import_tensor_intrinsics()
     assert inspect.getmodule(bootstrap._find_and_load.__code__) is bootstrap
     assert "tvm.s_tir.tensor_intrin.x86" in sys.modules
+
+
+def test_comparisons_are_kept_per_table_and_a_build_takes_only_its_table_s(tmp_path,
+                                                                          monkeypatch):
+    """Two tables compared in one process (one database) never mix: each table's
+    comparisons are kept beside the other's, and a build under a table takes only its own."""
+    from tvm_hetero import optimize
+    from tvm_hetero.layered import layered_module
+    from tvm_hetero.optimize import RULES_VERSION
+    from tvm_hetero.optimize.metaschedule import tuner
+
+    model = zoo("mlp")
+    devices = th.DeviceSet.parse(["cpu"])
+    target = devices["cpu"].tvm_target()
+    other = optimize.default_table().with_fast_exp(False)  # schedules the MLP alike
+    tiles = {"matmul-tile": 1}
+
+    def fake_compare(db, name, func, calls, device, target, rules):
+        # under `other` packed-matmul's second register tile "measured" fastest
+        faster = not rules.is_default and name.startswith("fused_matmul_")
+        return {"name": name, "device": device.name, "target": str(target), "trials": 0,
+                "tuned_ms": None, "rule_ms": 1.0 if rules.is_default else 2.0, "rule": "x",
+                "choices": tiles if faster else {}, "choices_ms": 0.5 if faster else None,
+                "rules_version": RULES_VERSION}
+
+    monkeypatch.setattr(tuner, "run_metaschedule", lambda kernels, *args: 0)
+    monkeypatch.setattr(tuner, "compare_kernel", fake_compare)
+    db = KernelTuningDatabase(tmp_path)
+    first = tune_kernels(model, "all:cpu", devices, trials=8, database=db)
+    second = tune_kernels(model, "all:cpu", devices, trials=8, database=db, rules=other)
+    assert first.tuned == second.tuned == 3 and second.reused == 0  # compared under each
+    assert {c.rule_ms for c in first.choices} == {1.0}
+    assert {c.rule_ms for c in second.choices} == {2.0}
+    again = tune_kernels(model, "all:cpu", devices, trials=8,
+                         database=KernelTuningDatabase(tmp_path), rules=other)
+    assert again.tuned == 0 and again.reused == 3  # kept on disk, under that table
+    assert len(KernelTuningDatabase(tmp_path)) == 6
+    mod = layered_module(model)
+    func = mod[mod.get_global_var("fused_matmul_add_relu")]
+    assert db.has(func, target) and db.has(func, target, other)
+    assert not db.has(func, target, optimize.default_table().without("tiled"))
+    # a build takes the comparisons of its own table only
+    assert th.build(model, "all:cpu", devices, tuning_db=db, rules=other).stats.tuned_choices \
+        == {"fused_matmul_add_relu": tiles}
+    assert th.build(model, "all:cpu", devices, tuning_db=db).stats.tuned_choices == {}

@@ -69,7 +69,23 @@ assert error < 1e-5
 optimize.reset_table()  # back to the defaults
 
 ######################################################################
+# Or pass a table
+# ---------------
+# A table is a value (``optimize.RuleTable``): derive one from the defaults and give it to the
+# build, as TVM's dlight takes its rules as a list. The active table, which builds given no
+# table use, is left as it is.
+used.clear()
+table = optimize.default_table().with_rule("cpu", "pooling", ParallelPooling())
+compiled = th.build(model, "all:cpu", devices, rules=table)
+assert used == ["llvm", "llvm"]
+assert list(compiled.stats.rules.values()).count("parallel-pooling") == 2
+assert "parallel-pooling" not in [rule.name for rule in optimize.rules_for("cpu", "pooling")]
+print("with the table passed:", sorted(set(compiled.stats.rules.values()) - {None}))
+
+######################################################################
 # Summary
 # -------
 # ``optimize.register_rule(family, kind, rule)`` puts a rule first for one (device kind, layer
-# kind) pair it serves; every build, every measured candidate and every profile then uses it.
+# kind) pair it serves in the active table; every build, every measured candidate and every
+# profile given no table of its own then uses it. ``th.build(..., rules=table)`` uses the table
+# given (``default_table()`` and its ``with_rule``, ``without``, ``with_fast_exp`` variants).

@@ -20,7 +20,7 @@ import numpy as np
 
 import tvm_hetero as th
 from tvm_hetero.cli.report_cmd import print_summary
-from tvm_hetero.layers import layers_table
+from tvm_hetero.layer_table import layers_table
 from tvm_hetero.memory import format_bytes
 from tvm_hetero.testing import max_relative_error, onnx_reference
 from tvm_hetero.zoo import DEFAULT_MODEL

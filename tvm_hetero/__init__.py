@@ -26,7 +26,7 @@ from .layers import Layer, extract_layers
 from .measure import (ErrorKind, LocalBuilder, LocalRunner, MeasureResult, MeasureTask,
                       Measurer)
 from .memory import memory_use, over_cap
-from .optimize.tuning import TuningDatabase, TuningSummary, tune_kernels
+from .optimize.metaschedule import KernelTuningDatabase, TuningSummary, tune_kernels
 from .placement import Placement
 from .prepare import PrepareConfig, prepare
 from .profiles import Profile, profile_model
@@ -40,9 +40,10 @@ __version__ = "0.1.0"
 __all__ = [
     "AnnotateDevice", "BuildError", "CompiledModel", "Database", "Device", "DeviceError",
     "DeviceSet", "DeviceStatus", "ErrorKind", "HeteroError", "InputError", "InputSpec",
-    "LatencySummary", "Layer", "LocalBuilder", "LocalRunner", "MeasureResult", "MeasureTask",
-    "Measurer", "Model", "ModelError", "Placement", "PlacementError", "PrepareConfig", "Profile",
-    "TaskWeights", "TuningDatabase", "TuningSummary", "ZOO", "build", "candidates",
+    "KernelTuningDatabase", "LatencySummary", "Layer", "LocalBuilder", "LocalRunner",
+    "MeasureResult", "MeasureTask", "Measurer", "Model", "ModelError", "Placement",
+    "PlacementError", "PrepareConfig", "Profile", "TaskWeights", "TuningSummary", "ZOO",
+    "build", "candidates",
     "extract_layers", "load", "load_model", "memory_use", "over_cap", "parse_device", "parse_size",
     "prepare", "probe", "profile_model", "STRATEGIES", "TuneResult", "time_function", "tune",
     "tune_kernels", "VerificationError", "write_report", "zoo_model",

@@ -24,8 +24,9 @@ from __future__ import annotations
 import logging
 import re
 
+from .classify import classify_bindings
 from .errors import PlacementError
-from .layers import HOST_ALLOCATING, classify_bindings, host_builtin, is_layered
+from .relax_ir import HOST_ALLOCATING, host_builtin, is_layered, substitute_vars
 
 logger = logging.getLogger(__name__)
 
@@ -254,31 +255,6 @@ def used_devices(placement, devices):
 
     used = set(placement.assignment.values())
     return DeviceSet([dev for dev in devices if dev.name in used])
-
-
-def substitute_vars(expr, var_map):
-    """`expr` with its variables replaced through `var_map`."""
-    global _SUBSTITUTER
-    if _SUBSTITUTER is None:
-        _, relax = _import_tvm()
-
-        @relax.expr_functor.mutator
-        class Substituter(relax.PyExprMutator):
-            def __init__(self, mapping):
-                super().__init__()
-                self.mapping = mapping
-
-            def visit_var_(self, var):
-                return self.mapping.get(var, var)
-
-            def visit_dataflow_var_(self, var):
-                return self.mapping.get(var, var)
-
-        _SUBSTITUTER = Substituter
-    return _SUBSTITUTER(var_map).visit_expr(expr)
-
-
-_SUBSTITUTER = None
 
 
 def AnnotateDevice(placement, devices, lift_weights: bool = False):  # noqa: N802 (TVM pass style)

@@ -28,7 +28,8 @@ from .database import best_placement, header_path, read_header
 from .devices import DeviceSet
 from .errors import HeteroError, InputError, PlacementError, error_message
 from .frontend import Model, load_model
-from .layers import Layer, extract_layers, layers_table
+from .layer_table import layers_table
+from .layers import Layer, extract_layers
 from .memory import describe_over_cap, format_bytes, over_cap
 from .placement import Placement
 from .prepare import PrepareConfig
@@ -291,7 +292,7 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
                   tune_trials: int = 0, tuning_db: str | None = None, tune_share: float = 1.0,
                   save_placement: str | None = None, progress: Callable | None = None,
                   native_warnings: bool = False, verify: bool = False,
-                  seed: int = 0) -> CompileResult:
+                  seed: int = 0, rules=None) -> CompileResult:
     """Build a placed model into one executable library and write it to `output`.
 
     Parameters
@@ -317,8 +318,8 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
         The tuning database directory: kernels tuned there are reused, new ones tuned into it.
     tune_share : float
         Tune only the heaviest kernels, those that make up this share of each device's time
-        under the rules (default 1.0: all; see :func:`~tvm_hetero.optimize.tuning.tune_kernels`,
-        its `kernel_share`).
+        under the rules (default 1.0: all; see
+        :func:`~tvm_hetero.optimize.metaschedule.tune_kernels`, its `kernel_share`).
     save_placement : str, optional
         Also write the placement used there (JSON).
     progress : callable, optional
@@ -334,6 +335,10 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
         fault (found by rebuilding with rules switched off kernel by kernel). Default False.
     seed : int
         Seed of the verification's random inputs (default 0).
+    rules : RuleTable, optional
+        The optimization table (:func:`tvm_hetero.optimize.default_table` or a variant of it)
+        the build, the tuning comparisons and the verification's rebuilds use; None, the
+        default: the active table.
 
     Returns
     -------
@@ -368,21 +373,21 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
 
         used_devices(placement, devices).check_runtime()
     tuning_summary, tuning = _tune_kernels(loaded, placement, devices, tune_trials, tuning_db,
-                                           tune_share, progress, native_warnings)
-    compiled = build(loaded, placement, devices, tuning_db=tuning)
+                                           tune_share, progress, native_warnings, rules)
+    compiled = build(loaded, placement, devices, tuning_db=tuning, rules=rules)
     with quiet_native_stderr():  # TVM's "Scope Saving" chatter
         compiled.export_library(output)
     verification = None
     if verify:
         verification = _verify_library(output, loaded, placement, devices, compiled, tuning,
-                                       seed)
+                                       seed, rules)
     if save_placement:
         placement.save(_writable(save_placement), devices)
     return CompileResult(compiled, loaded, devices, placement, layers, output, tuning_summary,
                          verification)
 
 
-def _verify_library(output, model, placement, devices, compiled, tuning, seed):
+def _verify_library(output, model, placement, devices, compiled, tuning, seed, rules):
     """The library written, loaded back and verified (:func:`~tvm_hetero.verify.verify_build`);
     removed when it disagrees."""
     from .build import load
@@ -398,7 +403,7 @@ def _verify_library(output, model, placement, devices, compiled, tuning, seed):
             written = load(copy, devices)
     try:
         return verify_build(model, placement, devices, written, dict(compiled.stats.rules),
-                            tuning=tuning, seed=seed)
+                            tuning=tuning, seed=seed, rule_table=rules)
     except VerificationError:
         if os.path.exists(output):
             os.remove(output)  # a library known to compute wrong answers is not left behind
@@ -406,8 +411,8 @@ def _verify_library(output, model, placement, devices, compiled, tuning, seed):
 
 
 def _tune_kernels(model, placement, devices, trials, tuning_db, share, progress,
-                  native_warnings):
-    """(TuningSummary or None, TuningDatabase or None) of compile's tuning options."""
+                  native_warnings, rules):
+    """(TuningSummary or None, KernelTuningDatabase or None) of compile's tuning options."""
     if trials < 0:
         raise HeteroError(f"--tune-trials must be >= 0, got {trials}")
     if not 0 < share <= 1:
@@ -417,12 +422,12 @@ def _tune_kernels(model, placement, devices, trials, tuning_db, share, progress,
                           "kept and reused)")
     if not tuning_db:
         return None, None
-    from .optimize.tuning import TuningDatabase, tune_kernels
+    from .optimize.metaschedule import KernelTuningDatabase, tune_kernels
 
     if not trials and not os.path.exists(tuning_db):
         raise HeteroError(f"tuning database not found: {tuning_db} (give --tune-trials N to "
                           "tune into a new one)")
-    database = TuningDatabase(tuning_db)
+    database = KernelTuningDatabase(tuning_db)
     if not trials:
         if not len(database):
             raise HeteroError(f"tuning database {tuning_db} holds no tuned kernel (give "
@@ -431,7 +436,7 @@ def _tune_kernels(model, placement, devices, trials, tuning_db, share, progress,
     # MetaSchedule's native warnings (rules unknown to a target) go to fd 2
     with quiet_native_stderr(not native_warnings):
         summary = tune_kernels(model, placement, devices, trials, database, kernel_share=share,
-                               progress=progress)
+                               progress=progress, rules=rules)
     return summary, database
 
 

@@ -24,9 +24,10 @@ from .devices import DeviceSet, host_target_dict, use_every_cpu_thread
 from .errors import BuildError, DeviceError, InputError, ModelError, error_message
 from .frontend import InputSpec, load_model
 from .frontend.onnx.index_guard import OUT_OF_RANGE
-from .layers import extract_layers, layered_module, placed_module
-from .optimize import schedule_passes
-from .optimize.tuning import TuningDatabase
+from .layered import layered_module, placed_module
+from .layers import extract_layers
+from .optimize import RuleTable, schedule_passes
+from .optimize.metaschedule import KernelTuningDatabase
 from .placement import Placement
 from .prepare import PrepareConfig
 
@@ -230,9 +231,10 @@ class BuildStats:
 def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[str],
           *, extra_passes: Sequence | None = None,
           kernel_cache: KernelCache | None = None, optimize: bool = True,
-          tuning_db: "str | os.PathLike | TuningDatabase | None" = None,
+          tuning_db: "str | os.PathLike | KernelTuningDatabase | None" = None,
           unscheduled: Sequence[str] = (),
-          stats: BuildStats | None = None) -> "CompiledModel":
+          stats: BuildStats | None = None,
+          rules: RuleTable | None = None) -> "CompiledModel":
     """Build a model with its layers placed on devices into one executable.
 
     Parameters
@@ -249,9 +251,10 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     optimize : bool
         Schedule each kernel by the optimization table for its device (default True; False
         keeps TVM's default CPU loops, for reference builds).
-    tuning_db : str or TuningDatabase, optional
+    tuning_db : str or KernelTuningDatabase, optional
         A tuning directory (:func:`tvm_hetero.tune_kernels`): kernels tuned there for their
-        device, and measured faster than the rules, take their tuned schedule.
+        device, and measured faster than the rules (of `rules`, compared under that table),
+        take their tuned schedule.
     kernel_cache : KernelCache, optional
         Reuse kernels compiled by earlier builds (a search's builder passes one); the per-target
         libraries (``CompiledModel.libs``) are then not assembled.
@@ -262,6 +265,11 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
         A fresh :class:`BuildStats` to fill in place (it becomes ``CompiledModel.stats``):
         its ``rules`` fill as scheduling chooses them, so they are known even when the build
         then fails (the graph fuzzer reads them so).
+    rules : RuleTable, optional
+        With `optimize`: the optimization table scheduling the kernels
+        (``optimize.default_table()`` or a variant of it, e.g.
+        ``default_table().without("tiled")``); None, the default: the active table (the
+        default rules plus any ``optimize.register_rule`` added).
 
     Returns
     -------
@@ -311,14 +319,14 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     host = tvm.target.Target(host_target_dict())
     tuning = None
     if tuning_db is not None:
-        tuning = tuning_db if isinstance(tuning_db, TuningDatabase) else TuningDatabase(
-            tuning_db)
+        tuning = tuning_db if isinstance(tuning_db, KernelTuningDatabase) \
+            else KernelTuningDatabase(tuning_db)
         tuning.stale.clear()
     try:
         with host:
             scheduled = tvm.transform.Sequential(
                 schedule_passes(devices, optimize, tuning, stats.rules, stats.tuned_choices,
-                                unscheduled) + list(extra_passes or []))(annotated)
+                                unscheduled, rules) + list(extra_passes or []))(annotated)
             lowered = _lower(scheduled)
     except Exception as err:
         raise BuildError(f"lowering the placed module failed: {error_message(err)}") from err

@@ -144,8 +144,10 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
     progress : callable, optional
         Called with a message per device (the CLI shows it).
     """
-    from .layers import bounded_kernel, extract_layers, placed_module, upper_bounds
+    from .layered import placed_module
+    from .layers import extract_layers
     from .placement import Placement
+    from .relax_ir import bounded_kernel, upper_bounds
 
     model_fp, devices_fp = model.fingerprint(), devices.fingerprint()
     if path:

@@ -90,7 +90,7 @@ def measure_gflops(device: Device, n: int = MATMUL_N) -> float:
     b = te.placeholder((n, n), "float32", name="B")
     k = te.reduce_axis((0, n), name="k")
     c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
-    from .layers import OP_KINDS_ATTR
+    from .relax_ir import OP_KINDS_ATTR
 
     # tagged as a matmul layer: scheduled by the same rules as the model's matmul layers
     func = te.create_prim_func([a, b, c]).with_attr(OP_KINDS_ATTR, ["matmul"])

@@ -255,7 +255,7 @@ class Verification:
 
 def verify_build(model, placement, devices, compiled, rules: dict[str, str | None], *,
                  tuning=None, seed: int = 0,
-                 reference: Reference | None = None) -> Verification:
+                 reference: Reference | None = None, rule_table=None) -> Verification:
     """Run `compiled` (a build of `model` under `placement`) on seeded random inputs and check
     its outputs against the independent reference.
 
@@ -268,12 +268,15 @@ def verify_build(model, placement, devices, compiled, rules: dict[str, str | Non
         The library to check (e.g. loaded back from the file written).
     rules : dict of str to str or None
         ``{kernel: rule}`` of the build (``CompiledModel.stats.rules``).
-    tuning : TuningDatabase, optional
+    tuning : KernelTuningDatabase, optional
         The tuning database the build used (rebuilds use it too).
     seed : int
         Seed of the random inputs (default 0).
     reference : Reference, optional
         Computed when not given.
+    rule_table : RuleTable, optional
+        The optimization table the build used (``build(..., rules=...)``; rebuilds use it
+        too). None: the active table.
 
     Returns
     -------
@@ -297,12 +300,13 @@ def verify_build(model, placement, devices, compiled, rules: dict[str, str | Non
     mismatch = describe_mismatch(outputs, reference) or \
         f"outputs differ from {reference.label} (relative error {max_error:.3g})"
     raise VerificationError(f"verification failed: {mismatch}; " + locate_rules(
-        model, placement, devices, inputs, reference, rules, tuning=tuning))
+        model, placement, devices, inputs, reference, rules, tuning=tuning,
+        rule_table=rule_table))
 
 
 def locate_rules(model, placement, devices, inputs: dict[str, np.ndarray],
                  reference: Reference, rules: dict[str, str | None], *,
-                 tuning=None) -> str:
+                 tuning=None, rule_table=None) -> str:
     """Find the kernels whose rules make a build disagree with `reference`; returns the
     finding as a clause: ``kernel K (rule R) disagrees with TVM's default loops``.
 
@@ -312,7 +316,9 @@ def locate_rules(model, placement, devices, inputs: dict[str, np.ndarray],
     unscheduled, disagree: its last kernel's rule is at fault (with the ones before it). That
     kernel is set aside and the search repeats while the others still disagree, up to
     `MAX_CULPRITS` kernels. Each rebuild reuses the kernels compiled before (a
-    :class:`~tvm_hetero.build.KernelCache`) and is run `LOCATE_RUNS` times.
+    :class:`~tvm_hetero.build.KernelCache`) and is run `LOCATE_RUNS` times, with the tuning
+    database (`tuning`) and optimization table (`rule_table`, None: the active one) the build
+    used.
     """
     from .build import KernelCache, build
     from .optimize.pass_ import AS_WRITTEN
@@ -326,7 +332,7 @@ def locate_rules(model, placement, devices, inputs: dict[str, np.ndarray],
         keep = set(scheduled)
         builds += 1
         compiled = build(model, placement, devices, tuning_db=tuning, kernel_cache=cache,
-                         unscheduled=[k for k in suspects if k not in keep])
+                         unscheduled=[k for k in suspects if k not in keep], rules=rule_table)
         return all(outputs_match(compiled.run(inputs), reference.outputs)[0]
                    for _ in range(LOCATE_RUNS))
 

@@ -1,18 +1,17 @@
 """A/B of the reduction table on RMS norms (ReduceMean of x^2, + eps, Sqrt, Div, Mul x, Mul w):
 the table before row-reductions joined it, with it second (after reduction-chains) and first
-for norms only (the default). Builds each table in turn, checks against an optimize=False
+for norms only (the default). Builds with each table in turn, checks against an optimize=False
 build, then times them alternately (best of rounds).
 
     python benchmarks/experiments/rms_norm_rules.py [--rounds 5]
 """
-import argparse, math, sys, os
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import argparse
+import math
 import numpy as np
-from onnx import helper, TensorProto
-import suite_models as s
 import tvm_hetero as th
 from tvm_hetero.testing import max_relative_error
-from tvm_hetero.optimize import table as tb
+from tvm_hetero.testing import suite as s
+from tvm_hetero.optimize import default_table
 from tvm_hetero.optimize.cpu.row_reductions import RowReductions, reduces_only
 
 
@@ -24,19 +23,18 @@ def rms_model(shape, reciprocal=False):
     inv = g.op("Reciprocal", [root]) if reciprocal else g.op("Div", [g.scalar(1.0), root])
     w = g.const(np.linspace(0.5, 1.5, d).astype(np.float32))
     out = g.op("Mul", [g.op("Mul", ["x", inv]), w])
-    return g.model("rms", [s._float_input("x", shape)], [out]), {"x": s._normal(shape)}
+    return g.model("rms", [s.float_input("x", shape)], [out]), {"x": s.normal_array(shape)}
 
 
 def tables():
     def variant(position):
-        tb.reset_table()
-        rules = tb._TABLE[("cpu", "reduction")]
-        rules[:] = [r for r in rules if r.name != "row-reductions"]  # the table before
-        if position is not None:
-            rules.insert(position, RowReductions() if position else
-                         RowReductions().unless(reduces_only, "plain reduction"))
-    return {"before": lambda: variant(None), "row-second": lambda: variant(1),
-            "norms-first (default)": lambda: variant(0)}
+        table = default_table().without("row-reductions", "cpu", "reduction")  # the one before
+        if position is None:
+            return table
+        return table.with_rule("cpu", "reduction", RowReductions() if position else
+                               RowReductions().unless(reduces_only, "plain reduction"), position)
+    return {"before": variant(None), "row-second": variant(1),
+            "norms-first (default)": variant(0)}
 
 
 def main():
@@ -50,13 +48,11 @@ def main():
         model = th.load_model(proto)
         ref = th.build(model, "all:cpu", ["cpu"], optimize=False).run(feed)
         builds = {}
-        for key, set_table in tables().items():
-            set_table()
-            c = th.build(model, "all:cpu", ["cpu"])
+        for key, rules in tables().items():
+            c = th.build(model, "all:cpu", ["cpu"], rules=rules)
             err = max_relative_error(c.run(feed), ref)
             builds[key] = c
             print(shape, key, sorted(set(c.stats.rules.values())), f"err {err:.1e}")
-        tb.reset_table()
         best = dict.fromkeys(builds, math.inf)
         for r in range(a.rounds):
             for key in list(builds)[r % 3:] + list(builds)[:r % 3]:

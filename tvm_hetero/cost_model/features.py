@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layers import LAYER_KINDS
+from ..classify import LAYER_KINDS
 from ..memory import memory_use
 from ..placement import Placement
 

@@ -74,7 +74,7 @@ class Model:
     onnx_model: Any = None
     source: str = ""
     _fingerprint: str | None = field(default=None, repr=False)
-    _layered: Any = field(default=None, repr=False)  # see layers.layered_module
+    _layered: Any = field(default=None, repr=False)  # see layered.layered_module
 
     def fingerprint(self) -> str:
         """A stable hash of the model's structure and weights."""

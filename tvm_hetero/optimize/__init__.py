@@ -2,24 +2,28 @@
 
 - :mod:`.rule`: the :class:`Rule` base class (a name, a description, the layer kinds and
   device families it serves, ``apply(func, target) -> PrimFunc | None``);
-- :mod:`.table`: the table, declared in one place, in the order rules are tried;
+- :mod:`.table`: the table as a value (:class:`RuleTable`), the default one declared in one
+  place (:func:`default_table`), in the order rules are tried;
 - :mod:`.cpu`: the CPU rules, one per file; :mod:`.gpu`: TVM dlight's rules;
 - :mod:`.pass_`: the ``OptimizeLayers`` pass; :mod:`.repack`: the packed weights' repacking;
-- :mod:`.kernel`: one kernel compiled alone and timed; :mod:`.tuning`: MetaSchedule tuning
-  (its builder: :mod:`.builder_pool`).
+- :mod:`.kernel`: one kernel compiled alone and timed; :mod:`.metaschedule`: MetaSchedule
+  tuning of kernels into a :class:`~.metaschedule.KernelTuningDatabase` (not the placement
+  search of :mod:`tvm_hetero.search`).
 
-List the table with ``tvm-hetero optimizations`` or :func:`table_rows`, extend it with
-:func:`register_rule` (``tutorials/add_optimization_rule.py``).
+Pass a table to what schedules (``build(..., rules=default_table().without("tiled"))``, as
+TVM's dlight takes a list of rules); without one the active table is used. List it with
+``tvm-hetero optimizations`` or :func:`table_rows`, extend it with :func:`register_rule`
+(``tutorials/add_optimization_rule.py``).
 """
 
 from .pass_ import (STRICT_RULES_ENV, TUNED, OptimizeLayers, optimize_function,
                     schedule_passes, strict_rules)
 from .repack import pack_weight, repack_weight_arguments
 from .rule import FAMILIES, Rule, family_of
-from .table import (RULES_VERSION, default_table, register_rule, reset_table, rules_for,
-                    table_rows)
+from .table import (RULES_VERSION, RuleTable, active_table, default_table, register_rule,
+                    reset_table, rules_for, table_rows)
 
 __all__ = ["FAMILIES", "RULES_VERSION", "STRICT_RULES_ENV", "TUNED", "OptimizeLayers", "Rule",
-           "default_table", "family_of", "optimize_function", "pack_weight", "register_rule",
-           "repack_weight_arguments", "reset_table", "rules_for", "schedule_passes",
-           "strict_rules", "table_rows"]
+           "RuleTable", "active_table", "default_table", "family_of", "optimize_function",
+           "pack_weight", "register_rule", "repack_weight_arguments", "reset_table",
+           "rules_for", "schedule_passes", "strict_rules", "table_rows"]

@@ -7,7 +7,7 @@ the options ranked by its heuristic, best first. Outside tuning it gets the firs
 options each choice offered, so a tuner can enumerate a kernel's variants: schedule it once
 under an empty :class:`Choices`, then again with each alternative it saw
 (:func:`variants`). The tuning database stores the fastest variant per kernel
-(``tvm_hetero.optimize.tuning``) and the build schedules the kernel with it.
+(``tvm_hetero.optimize.metaschedule``) and the build schedules the kernel with it.
 
 Why not MetaSchedule's sampling instructions: the rules compute their splits from Python
 (divisors, register counts, cache sizes) after a choice, which a MetaSchedule trace cannot

@@ -29,17 +29,19 @@ def _bounds_param(func) -> int | None:
     return int(attrs[BOUNDS_PARAM_ATTR])
 
 
-def schedule_kernel(func, device: Device, chosen: dict | None = None):
+def schedule_kernel(func, device: Device, chosen: dict | None = None, rules=None):
     """A layer's PrimFunc alone in a module, scheduled by the rules the placed executable's
-    kernels get on `device` (``main``). `chosen` receives ``{"main": rule name}``."""
+    kernels get on `device` (``main``). `chosen` receives ``{"main": rule name}``; `rules` is
+    the optimization table (a :class:`~tvm_hetero.optimize.table.RuleTable`; None: the active
+    table)."""
     import tvm
 
     target = device.tvm_target()
     mod = tvm.IRModule({"main": func.with_attr("target", target)
                         .with_attr("global_symbol", "main")})
     with target:
-        return tvm.transform.Sequential(schedule_passes(DeviceSet([device]),
-                                                        chosen=chosen))(mod)
+        return tvm.transform.Sequential(schedule_passes(DeviceSet([device]), chosen=chosen,
+                                                        rules=rules))(mod)
 
 
 def build_kernel(scheduled, device: Device):
@@ -49,12 +51,13 @@ def build_kernel(scheduled, device: Device):
     return tvm.tirx.build(scheduled, target=device.tvm_target())
 
 
-def kernel_for(func, device: Device, chosen: dict | None = None):
+def kernel_for(func, device: Device, chosen: dict | None = None, rules=None):
     """A layer's PrimFunc compiled alone for one device, scheduled by the rules the placed
     executable's kernels get: ``(library, scheduled PrimFunc)`` (a rule may change the
     parameters' layout: time the library with the scheduled function's parameters).
-    `chosen` receives ``{"main": rule name}``."""
-    scheduled = schedule_kernel(func, device, chosen)
+    `chosen` receives ``{"main": rule name}``; `rules` is the optimization table (None: the
+    active table)."""
+    scheduled = schedule_kernel(func, device, chosen, rules)
     return build_kernel(scheduled, device), scheduled["main"]
 
 
@@ -72,7 +75,7 @@ def time_kernel(lib, func, device: Device, repeat: int = 3, min_repeat_ms: int =
         buf = param.ty
         if not all(isinstance(d, tvm.tirx.IntImm) for d in buf.shape):
             raise ModelError(f"kernel parameter {param.name} has a shape known only at run "
-                             f"time ({list(buf.shape)}): time layers.bounded_kernel(func, "
+                             f"time ({list(buf.shape)}): time relax_ir.bounded_kernel(func, "
                              "bounds) instead")
         low, high = (4, 1 << 16) if position == bounds else (0, 4)
         args.append(_random_tensor([int(d) for d in buf.shape], str(buf.dtype), dev, rng,

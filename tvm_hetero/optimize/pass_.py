@@ -1,5 +1,9 @@
 """The OptimizeLayers pass: every kernel scheduled by the table's rules for its own device.
 
+The table is passed in (``rules``, a :class:`~tvm_hetero.optimize.table.RuleTable`); None is
+the active table (:func:`~tvm_hetero.optimize.table.active_table`: the default rules and any
+added by ``register_rule``).
+
 Each layer's kernel is scheduled by the rules of ITS device: in a CPU + CUDA module a CPU
 layer and a CUDA layer get different rules. Rules are tried in order; the first that returns a
 scheduled function wins. A layer no rule schedules keeps TVM's default loops, with a logged
@@ -17,15 +21,16 @@ import logging
 import os
 from typing import Collection
 
+from ..classify import kernel_kind
 from ..errors import BuildError, error_message
-from ..layers import OP_KINDS_ATTR, kernel_kind
+from ..relax_ir import OP_KINDS_ATTR
 from .choices import Choices
 from .choices import active as active_choices
 from .cpu.fast_math import fast_math
 from .gpu import GPU_RULE_NAMES
 from .repack import repack_weight_arguments
 from .rule import family_of
-from .table import rules_for
+from .table import RuleTable, resolve_table
 from .unit_reductions import FoldUnitReductions, fold_unit_reductions
 
 logger = logging.getLogger(__name__)
@@ -44,18 +49,19 @@ def strict_rules() -> bool:
     return os.environ.get(STRICT_RULES_ENV, "") not in ("", "0")
 
 
-def optimize_function(func, target, name: str = "main"):
-    """Schedule one kernel (called `name` in messages) by the table; returns
-    ``(func, rule name or None)``."""
+def optimize_function(func, target, name: str = "main", rules: RuleTable | None = None):
+    """Schedule one kernel (called `name` in messages) by the rules of its (family, kind) in
+    `rules` (None: the active table); returns ``(func, rule name or None)``."""
     if func.attrs is not None and bool(func.attrs.get("tir.is_scheduled", False)):
         return func, AS_WRITTEN
+    table = resolve_table(rules)
     kind = kernel_kind(func)
     family = family_of(target)
     choices = active_choices()
     # what every rule (dlight's too) is given: reductions over a single point written as the
     # elementwise blocks they are (normalize_prim_func + inlining got them wrong)
     canonical = fold_unit_reductions(func)
-    for rule in rules_for(family, kind):
+    for rule in table.rules_for(family, kind):
         if choices is not None:  # only the choices of the rule that schedules the kernel
             choices.restart()
         try:
@@ -73,7 +79,7 @@ def optimize_function(func, target, name: str = "main"):
             if family == "cpu":
                 # vector math for exp, sigmoid, erf, tanh and small powers, once scheduled: a
                 # rewritten call inlined into two consumers would define its variable twice
-                scheduled = fast_math(scheduled)
+                scheduled = fast_math(scheduled, exp_and_sigmoid=table.fast_exp)
             keep = {k: v for k, v in func.attrs.items()} if func.attrs is not None else {}
             return scheduled.with_attrs(keep) if keep else scheduled, rule.name
     if choices is not None:
@@ -82,7 +88,8 @@ def optimize_function(func, target, name: str = "main"):
 
 
 def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM pass style)
-                   tuned_choices: dict | None = None, unscheduled: Collection[str] = ()):
+                   tuned_choices: dict | None = None, unscheduled: Collection[str] = (),
+                   rules: RuleTable | None = None):
     """A module pass scheduling every PrimFunc that has a target by its (family, kind) rules.
 
     A kernel scheduled with a packed weight (the ``packed-weights`` rule) changes its weight
@@ -91,9 +98,10 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM p
 
     Parameters
     ----------
-    tuning : TuningDatabase, optional
-        Kernels tuned there (and measured faster than the rules) take their tuned schedule,
-        or their rule with the choices measured fastest there.
+    tuning : KernelTuningDatabase, optional
+        Kernels tuned there (and measured faster than `rules`' rules, in a comparison made
+        under that same table) take their tuned schedule, or their rule with the choices
+        measured fastest there.
     chosen : dict, optional
         Filled with ``{kernel name: rule name}`` (``"meta-schedule"`` for tuned kernels,
         None where TVM's default loops stay).
@@ -104,11 +112,15 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM p
         Names of CPU kernels that keep TVM's default loops whatever the table and `tuning`
         say (verification switches rules off kernel by kernel to find the one at fault);
         GPU kernels are scheduled regardless.
+    rules : RuleTable, optional
+        The optimization table (:func:`~tvm_hetero.optimize.table.default_table` or a variant
+        of it); None, the default: the active table, as it is when the pass is made.
     """
     import tvm
     from tvm import tirx
 
     unscheduled = frozenset(unscheduled)
+    table = resolve_table(rules)
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_hetero.OptimizeLayers")
     def optimize_layers(mod, _ctx):
@@ -123,18 +135,18 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM p
                 if chosen is not None:
                     chosen[gv.name_hint] = None
                 continue  # TVM's default loops, as asked
-            tuned = tuning.schedule(func, target) if tuning is not None else None
+            tuned = tuning.schedule(func, target, table) if tuning is not None else None
             if tuned is not None:
                 scheduled, rule = tuned, TUNED
             else:
-                fixed = tuning.rule_choices(func, target) if tuning is not None else None
+                fixed = tuning.rule_choices(func, target, table) if tuning is not None else None
                 if fixed:  # the rule with the choices measured fastest
                     with Choices(fixed):
-                        scheduled, rule = optimize_function(func, target, gv.name_hint)
+                        scheduled, rule = optimize_function(func, target, gv.name_hint, table)
                     if tuned_choices is not None:
                         tuned_choices[gv.name_hint] = fixed
                 else:
-                    scheduled, rule = optimize_function(func, target, gv.name_hint)
+                    scheduled, rule = optimize_function(func, target, gv.name_hint, table)
             if rule is None:
                 if family_of(target) != "cpu":
                     raise BuildError(f"no rule schedules kernel {gv.name_hint} for "
@@ -151,20 +163,38 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM p
 
 def schedule_passes(devices, optimize: bool = True, tuning=None,
                     chosen: dict | None = None, tuned_choices: dict | None = None,
-                    unscheduled: Collection[str] = ()) -> list:
+                    unscheduled: Collection[str] = (), rules: RuleTable | None = None) -> list:
     """Per-target scheduling of the placed kernels.
 
-    With `optimize` (the default) every kernel is scheduled by the optimization table's rules
-    for its own device. Without it CPU kernels keep TVM's default loops; GPU kernels are
-    always scheduled (dlight's GPU rules), since an unscheduled GPU kernel silently becomes
-    host code. `tuning` (a TuningDatabase) gives tuned kernels their tuned schedule; `chosen`
-    collects ``{kernel: rule}``, `tuned_choices` ``{kernel: the rule's tuned choices}``;
-    the CPU kernels named in `unscheduled` keep TVM's default loops.
+    Parameters
+    ----------
+    devices : DeviceSet
+        The devices the kernels are placed on.
+    optimize : bool
+        Schedule every kernel by the optimization table's rules for its own device (default
+        True). Without it CPU kernels keep TVM's default loops; GPU kernels are always
+        scheduled (dlight's GPU rules), since an unscheduled GPU kernel silently becomes host
+        code.
+    tuning : KernelTuningDatabase, optional
+        Tuned kernels take their tuned schedule (see :func:`OptimizeLayers`).
+    chosen : dict, optional
+        Filled with ``{kernel: rule}``.
+    tuned_choices : dict, optional
+        Filled with ``{kernel: the rule's tuned choices}``.
+    unscheduled : collection of str, optional
+        CPU kernels that keep TVM's default loops.
+    rules : RuleTable, optional
+        The optimization table with `optimize` (None, the default: the active table);
+        unused without it (dlight's GPU rules then schedule GPU kernels, in dlight's order).
+
+    Returns
+    -------
+    list of tvm.transform.Pass
     """
     from tvm.s_tir import dlight as dl
 
     if optimize:
-        return [OptimizeLayers(tuning, chosen, tuned_choices, unscheduled)]
+        return [OptimizeLayers(tuning, chosen, tuned_choices, unscheduled, rules)]
     passes = []
     if any(dev.family != "cpu" for dev in devices):
         passes.append(FoldUnitReductions())  # (dlight's Fallback: see fold_unit_reductions)

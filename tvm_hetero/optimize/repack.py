@@ -6,8 +6,8 @@ other argument through a packing kernel on the same device)."""
 
 from __future__ import annotations
 
-from ..annotate import WEIGHTS_FUNC, substitute_vars
-from ..layers import main_bindings
+from ..annotate import WEIGHTS_FUNC
+from ..relax_ir import main_bindings, substitute_vars
 from .cpu import PACKED_WEIGHTS_ATTR, ParallelLoops
 
 

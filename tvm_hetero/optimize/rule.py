@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..layers import LAYER_KINDS
+from ..classify import LAYER_KINDS
 
 # Device families: each has its own column of the table.
 FAMILIES = ("cpu", "cuda", "other")
@@ -65,8 +65,26 @@ class Rule:
         rule.kinds, rule.families = tuple(kinds), tuple(families)
         return rule
 
+    def fingerprint(self) -> str:
+        """What tells this rule's code apart from another rule's: its class, its name and its
+        plain settings (numbers, strings, flags: a ``Tiled(rows=4)`` is not a ``Tiled()``).
+        :attr:`RuleTable.key <tvm_hetero.optimize.table.RuleTable.key>` is made of these."""
+        settings = sorted((key, value) for key, value in vars(self).items()
+                          if _plain(value) and key not in ("name", "description"))
+        return f"{_qualified(type(self))}[{self.name}]{settings if settings else ''}"
+
     def __repr__(self) -> str:
         return f"<Rule {self.name}>"
+
+
+def _qualified(obj) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def _plain(value) -> bool:
+    if isinstance(value, tuple):
+        return all(_plain(item) for item in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 class _CallableRule(Rule):
@@ -75,6 +93,9 @@ class _CallableRule(Rule):
 
     def apply(self, func, target):
         return self._apply(func, target)
+
+    def fingerprint(self) -> str:
+        return f"{super().fingerprint()}<{_qualified(self._apply)}>"
 
 
 class _Unless(Rule):
@@ -85,6 +106,9 @@ class _Unless(Rule):
 
     def apply(self, func, target):
         return None if self.prefer_other(func, target) else self.rule.apply(func, target)
+
+    def fingerprint(self) -> str:
+        return f"{self.rule.fingerprint()} unless {_qualified(self.prefer_other)}"
 
 
 __all__ = ["FAMILIES", "Rule", "family_of"]

@@ -1,13 +1,25 @@
 """The optimization table, declared in one place: (device family, layer kind) -> the rules
 tried in order, the first that returns a scheduled kernel wins.
 
+A table is a value, :class:`RuleTable`, passed to what schedules kernels (``build(...,
+rules=table)``, ``OptimizeLayers(rules=table)``, ``tune_kernels(..., rules=table)``), the way
+TVM's dlight takes its rules as a list. :func:`default_table` returns a fresh table of the
+package's rules; its ``without``/``with_rule``/``with_rules``/``with_fast_exp`` methods derive
+variants (an A/B of two tables builds each with its own, in one process). What is given no
+table uses the *active* table (:func:`active_table`): the default rules plus those added by
+:func:`register_rule`, until :func:`reset_table`.
+
 Adding a rule: write its class (one file under ``cpu/``) and name it in :func:`default_table`
 where it should be tried. ``register_rule`` adds one at run time (a user's own rule).
 """
 
 from __future__ import annotations
 
-from ..layers import LAYER_KINDS
+import functools
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping
+
+from ..classify import LAYER_KINDS
 from .cpu import (BlockedNCHWc, ConcatCopies, LayoutCopies, PackedMatmul, PackedWeights,
                   ParallelLoops, PixelLanes1x1, PoolingRows, ReductionChains, SplitKGemv, Tiled,
                   Winograd)
@@ -48,8 +60,9 @@ from .rule import FAMILIES, Rule
 RULES_VERSION = 25
 
 
-def default_table() -> dict[tuple[str, str], list[Rule]]:
-    """The default rules of every (family, kind) pair, in the order they are tried."""
+def default_table() -> "RuleTable":
+    """A fresh table of the package's own rules for every (family, kind) pair, in the order
+    they are tried (rules added by :func:`register_rule` are not in it)."""
     parallel = ParallelLoops()  # every CPU kind: the catch-all, TVM's loops made parallel
     table = {}
     for kind in LAYER_KINDS:
@@ -98,39 +111,188 @@ def default_table() -> dict[tuple[str, str], list[Rule]]:
     table[("cpu", "other")] = [InjectiveLanes(), parallel]  # gathers (take)
     # softmax, layer norm: one row per task, vector partial sums
     table[("cpu", "normalization")] = [RowReductions(), parallel]
-    return table
+    return RuleTable(table)
 
 
-_TABLE: dict[tuple[str, str], list[Rule]] = default_table()
-
-
-def register_rule(family: str, kind: str, rule: Rule, first: bool = True) -> None:
-    """Add `rule` for layers of `kind` on devices of `family` (tried first by default)."""
+def _check_entry(family: str, kind: str, rules: Iterable[Rule]) -> tuple[Rule, ...]:
+    """`rules` as a table entry for (`family`, `kind`); ValueError for an unknown pair or a
+    rule that does not serve it."""
     if family not in FAMILIES or kind not in LAYER_KINDS:
         raise ValueError(f"unknown (family, kind) ({family!r}, {kind!r}): families "
                          f"{FAMILIES}, kinds {LAYER_KINDS}")
-    if not rule.serves(family, kind):
-        raise ValueError(f"rule {rule.name!r} serves kinds {rule.kinds} on families "
-                         f"{rule.families}, not ({family!r}, {kind!r})")
-    rules = _TABLE.setdefault((family, kind), [])
-    rules.insert(0, rule) if first else rules.append(rule)
+    rules = tuple(rules)
+    for rule in rules:
+        if not isinstance(rule, Rule):
+            raise ValueError(f"not a Rule: {rule!r} (for ({family!r}, {kind!r}))")
+        if not rule.serves(family, kind):
+            raise ValueError(f"rule {rule.name!r} serves kinds {rule.kinds} on families "
+                             f"{rule.families}, not ({family!r}, {kind!r})")
+    return rules
+
+
+class RuleTable(Mapping):
+    """An optimization table: ``{(device family, layer kind): (rule, ...)}``, the rules of
+    each pair in the order they are tried, and the vector-math option every CPU kernel gets.
+
+    A value: it is never changed in place; the ``with_*``/``without`` methods return a new
+    table. Pairs not in it have no rules (a CPU kernel keeps TVM's default loops, a GPU
+    kernel fails to build).
+
+    Parameters
+    ----------
+    entries : mapping of (str, str) to iterable of Rule, optional
+        The rules of each (family, kind) pair (families of ``FAMILIES``, kinds of
+        ``LAYER_KINDS``); every rule must serve its pair.
+    fast_exp : bool
+        Rewrite float32 ``exp`` and ``sigmoid`` in every CPU kernel, once scheduled, into
+        TVM's vector approximation (``topi.fast_exp``; default True). ``erf``, ``tanh`` and
+        small whole powers are rewritten either way (:mod:`.cpu.fast_math`).
+
+    Raises
+    ------
+    ValueError
+        An unknown (family, kind) pair, or a rule that does not serve its pair.
+    """
+
+    def __init__(self, entries: Mapping[tuple[str, str], Iterable[Rule]] | None = None, *,
+                 fast_exp: bool = True):
+        self._entries = {(family, kind): _check_entry(family, kind, rules)
+                         for (family, kind), rules in (entries or {}).items()}
+        self._fast_exp = bool(fast_exp)
+
+    @property
+    def fast_exp(self) -> bool:
+        """Whether CPU kernels get the vector ``exp`` and ``sigmoid``."""
+        return self._fast_exp
+
+    def __getitem__(self, key: tuple[str, str]) -> tuple[Rule, ...]:
+        return self._entries[key]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RuleTable) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return (f"<RuleTable {len(self)} entries, "
+                f"{sum(len(rules) for rules in self._entries.values())} rules"
+                f"{'' if self.fast_exp else ', no fast exp'}>")
+
+    def rules_for(self, family: str, kind: str) -> list[Rule]:
+        """The rules of (`family`, `kind`), in the order they are tried (a new list)."""
+        return list(self._entries.get((family, kind), ()))
+
+    def rows(self) -> list[tuple[str, str, list[str]]]:
+        """``(family, layer kind, rule names)`` for every (family, kind) pair."""
+        return [(family, kind, [rule.name for rule in self._entries.get((family, kind), ())])
+                for family in FAMILIES for kind in LAYER_KINDS]
+
+    def _derived(self, entries: dict, fast_exp: bool | None = None) -> "RuleTable":
+        return RuleTable(entries, fast_exp=self.fast_exp if fast_exp is None else fast_exp)
+
+    def with_rule(self, family: str, kind: str, rule: Rule,
+                  position: int | None = 0) -> "RuleTable":
+        """This table with `rule` added for (`family`, `kind`): at `position` in its rules
+        (0, the default: tried first; None: last)."""
+        rules = self.rules_for(family, kind)
+        rules.insert(len(rules) if position is None else position, rule)
+        return self.with_rules(family, kind, rules)
+
+    def with_rules(self, family: str, kind: str, rules: Iterable[Rule]) -> "RuleTable":
+        """This table with the rules of (`family`, `kind`) replaced by `rules` (none: the
+        pair has no rules)."""
+        return self._derived({**self._entries, (family, kind): _check_entry(family, kind,
+                                                                             rules)})
+
+    def without(self, rule: "str | type[Rule]", family: str | None = None,
+                kind: str | None = None) -> "RuleTable":
+        """This table without the rules matching `rule` (a rule name, or a :class:`Rule`
+        subclass: its instances), in every pair or only those of `family` and/or `kind`."""
+        def matches(candidate: Rule) -> bool:
+            if isinstance(rule, str):
+                return candidate.name == rule
+            return isinstance(candidate, rule)
+
+        return self._derived({
+            (fam, knd): tuple(r for r in rules if not matches(r))
+            if (family is None or fam == family) and (kind is None or knd == kind) else rules
+            for (fam, knd), rules in self._entries.items()})
+
+    def with_fast_exp(self, enabled: bool) -> "RuleTable":
+        """This table with the vector ``exp``/``sigmoid`` of CPU kernels on or off."""
+        return self._derived(dict(self._entries), fast_exp=enabled)
+
+    @functools.cached_property
+    def key(self) -> str:
+        """A digest of the table (every pair's rules, by :meth:`Rule.fingerprint`, in order,
+        and its options): equal for two tables that schedule alike. What a per-kernel record
+        made under a table (a tuning comparison) is keyed by."""
+        lines = [f"fast_exp={self.fast_exp}"]
+        for (family, kind) in sorted(self._entries):
+            rules = " ; ".join(rule.fingerprint() for rule in self._entries[(family, kind)])
+            lines.append(f"{family}/{kind}: {rules}")
+        return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this table schedules as :func:`default_table`'s (the same key)."""
+        return self.key == _default_key()
+
+
+@functools.lru_cache(maxsize=1)
+def _default_key() -> str:
+    return default_table().key
+
+
+# the table of what is given none: the default rules and those `register_rule` added
+_active: RuleTable = default_table()
+
+
+def active_table() -> RuleTable:
+    """The table used where none is given: :func:`default_table`'s rules plus those added by
+    :func:`register_rule` since the last :func:`reset_table`."""
+    return _active
+
+
+def resolve_table(rules: RuleTable | None) -> RuleTable:
+    """`rules`, or the active table when it is None."""
+    if rules is None:
+        return _active
+    if not isinstance(rules, RuleTable):
+        raise TypeError(f"rules must be a RuleTable (optimize.default_table() and its "
+                        f"variants) or None, not {type(rules).__name__}")
+    return rules
+
+
+def register_rule(family: str, kind: str, rule: Rule, first: bool = True) -> None:
+    """Add `rule` for layers of `kind` on devices of `family` (tried first by default) to the
+    active table: every build, profile and tuning given no table of its own uses it."""
+    global _active
+    _active = _active.with_rule(family, kind, rule, 0 if first else None)
 
 
 def reset_table() -> None:
-    """Back to the default rules."""
-    _TABLE.clear()
-    _TABLE.update(default_table())
+    """The active table back to the default rules."""
+    global _active
+    _active = default_table()
 
 
 def rules_for(family: str, kind: str) -> list[Rule]:
-    return list(_TABLE.get((family, kind), []))
+    """The active table's rules of (`family`, `kind`), in the order they are tried."""
+    return _active.rules_for(family, kind)
 
 
 def table_rows() -> list[tuple[str, str, list[str]]]:
-    """``(family, layer kind, rule names)`` for every entry of the table."""
-    return [(family, kind, [r.name for r in _TABLE[(family, kind)]])
-            for family in FAMILIES for kind in LAYER_KINDS]
+    """``(family, layer kind, rule names)`` for every entry of the active table."""
+    return _active.rows()
 
 
-__all__ = ["RULES_VERSION", "default_table", "register_rule", "reset_table", "rules_for",
-           "table_rows"]
+__all__ = ["RULES_VERSION", "RuleTable", "active_table", "default_table", "register_rule",
+           "reset_table", "resolve_table", "rules_for", "table_rows"]

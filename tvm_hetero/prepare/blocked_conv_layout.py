@@ -10,8 +10,8 @@ import tvm
 from tvm import relax
 
 from ..errors import error_message
-from ..layers import main_bindings
 from ..ops import conv2d_nchwc
+from ..relax_ir import main_bindings
 from .clip_as_min_max import ClipAsMinMax
 from .config import PrepareConfig
 from .constants_at_full_rank import ConstantsAtFullRank

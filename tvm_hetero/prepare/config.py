@@ -93,13 +93,13 @@ class PrepareConfig:
         """The configuration for one target (a ``tvm.target.Target`` or its JSON dict).
 
         An LLVM CPU target's widest vector sets the lanes of channel padding and of the blocked
-        layout (:func:`tvm_hetero.optimize.cpu.base.vector_lanes`: 16 with AVX-512, 8 with AVX2
+        layout (:func:`tvm_hetero.target.vector_lanes`: 16 with AVX-512, 8 with AVX2
         such as ``mcpu: haswell``, 4 otherwise); other targets keep the defaults. `overrides`
         replace fields.
         """
         import tvm
 
-        from ..optimize.cpu.base import vector_lanes
+        from ..target import vector_lanes
 
         target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
         config = cls()
@@ -137,7 +137,7 @@ class PrepareConfig:
         overrides
             Fields to replace (``winograd=False``, ...).
         """
-        from ..optimize.cpu.base import vector_lanes
+        from ..target import vector_lanes
 
         cpus = [dev for dev in devices if dev.family == "cpu" and dev.kind == "llvm"]
         if not cpus:

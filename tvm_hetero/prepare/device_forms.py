@@ -17,8 +17,8 @@ How (see also docs/design.md, "Per-device layer forms"):
   *boundary* (an identity call that TVM's layout conversion cannot see through,
   :func:`insert_boundaries`) goes where a CPU operator's output enters such a layer, so that
   the blocked layout stops there; the boundaries are removed before lowering;
-- the layout transforms the CPU forms add are *form kernels* (:func:`mark_form_kernels`), not
-  layers: :func:`tvm_hetero.layers.classify_bindings` leaves them out of the layer names and
+- the layout transforms the CPU forms add are *form kernels* (:mod:`.form_kernels`), not
+  layers: :func:`tvm_hetero.classify.classify_bindings` leaves them out of the layer names and
   places each with the layer it serves, the blocked side of the boundary. So a layer's name
   does not depend on the forms of the layers around it.
 """
@@ -30,46 +30,18 @@ import logging
 import tvm
 from tvm import relax
 
-from ..layers import OP_KINDS_ATTR, classify_bindings, main_bindings
+from ..classify import classify_bindings
+from ..relax_ir import main_bindings, substitute_vars
 from .config import PrepareConfig
+from .form_kernels import has_layout_transforms
 
 logger = logging.getLogger(__name__)
 
 #: the packed function name of a form boundary (never called: removed before lowering)
 BOUNDARY = "tvm_hetero.form_boundary"
-#: the PrimFunc attribute of a form kernel (a layout transform that a CPU form added)
-FORM_KERNEL_ATTR = "tvm_hetero.form_kernel"
-_TRANSFORM_OPS = ("layout_transform", "te_layout_transform")
 _TAG = "hx"
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 _CALL_PURE_PACKED = tvm.ir.Op.get("relax.call_pure_packed")
-
-
-def has_layout_transforms(mod) -> bool:
-    """Whether ``main`` of a Relax module calls ``relax.layout_transform``."""
-    return any(isinstance(b.value, relax.Call) and getattr(b.value.op, "name", "")
-               == "relax.layout_transform" for b in main_bindings(mod))
-
-
-def mark_form_kernels(mod):
-    """`mod` with every PrimFunc that only transforms a layout marked a form kernel
-    (``FORM_KERNEL_ATTR``). Run on preparations of models whose own graph has no layout
-    transform: there, every layout transform is one that the CPU forms added."""
-    out = mod
-    for gv, func in mod.functions_items():
-        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None:
-            kinds = func.attrs.get(OP_KINDS_ATTR)
-            if kinds and all(str(k) in _TRANSFORM_OPS for k in kinds):
-                if out is mod:
-                    out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,
-                                       global_infos=mod.global_infos)
-                out[gv] = func.with_attr(FORM_KERNEL_ATTR, True)
-    return out
-
-
-def is_form_kernel(func) -> bool:
-    """Whether a PrimFunc is a form kernel (:func:`mark_form_kernels`)."""
-    return func.attrs is not None and bool(func.attrs.get(FORM_KERNEL_ATTR, False))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -79,8 +51,6 @@ def is_form_kernel(func) -> bool:
 def _rebuild_main(mod, emit):
     """`mod` with ``main``'s bindings re-emitted: ``emit(binding, value, var_map, out)`` appends
     the new bindings for one binding to the list `out` and returns its new variable."""
-    from ..annotate import substitute_vars
-
     main = mod["main"]
     var_map: dict = {}
     blocks = []
@@ -236,8 +206,6 @@ def insert_boundaries(graph, kept: set):
                         [new.ty])))
                     crossing[new] = boundary
             if crossing:
-                from ..annotate import substitute_vars
-
                 value = substitute_vars(value, crossing)
         var = _like(binding.var, binding.var.name)
         out.append(relax.MatchCast(var, value, binding.ty) if isinstance(binding, relax.MatchCast)

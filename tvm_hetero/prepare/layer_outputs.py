@@ -12,8 +12,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te
 
-from ..layers import (OP_KINDS_ATTR, main_bindings, output_tensors, outputs_without_layer,
-                      tuple_fields)
+from ..relax_ir import (OP_KINDS_ATTR, main_bindings, output_tensors, outputs_without_layer,
+                        tuple_fields)
 
 
 def _copy_func(ty):

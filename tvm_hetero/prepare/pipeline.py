@@ -114,13 +114,13 @@ def lowering_phase(config: PrepareConfig, keeps=None):
 
 def finish(mod, layouts_in_model: bool):
     """The end of every preparation, on a lowered module: the layout transforms that the CPU
-    forms added are marked form kernels (:func:`~tvm_hetero.prepare.device_forms.
+    forms added are marked form kernels (:func:`~tvm_hetero.prepare.form_kernels.
     mark_form_kernels`: no layer of their own) unless the model's own graph had layout
     transforms (`layouts_in_model`), and every tensor ``main`` returns is a layer's output
     (:class:`~.layer_outputs.CopyOutputsToLayers`)."""
     from ..errors import ModelError
-    from ..layers import unlowered_calls
-    from .device_forms import mark_form_kernels
+    from ..relax_ir import unlowered_calls
+    from .form_kernels import mark_form_kernels
     from .layer_outputs import CopyOutputsToLayers
 
     left = unlowered_calls(mod)
@@ -171,7 +171,7 @@ def prepare(mod, config: PrepareConfig | None = None, target=None):
     import tvm
 
     from ..devices import host_target_dict
-    from .device_forms import has_layout_transforms
+    from .form_kernels import has_layout_transforms
 
     config = config or PrepareConfig.for_host()
     target = target or tvm.target.Target(host_target_dict())

@@ -12,7 +12,14 @@
   Fuzzer``);
 - :mod:`~tvm_hetero.testing.faults`: a builder and a runner that inject real failures (crashes,
   hangs, exceptions, wrong outputs) into chosen candidates, through their build and run
-  functions (imported on its own: ``from tvm_hetero.testing.faults import FaultPlan``).
+  functions (imported on its own: ``from tvm_hetero.testing.faults import FaultPlan``);
+- :mod:`~tvm_hetero.testing.suite`: the architecture suite's models built by code (``SUITE``)
+  and the helpers its benchmarks share: onnxruntime sessions, alternating timing rounds
+  (``benchmarks/model_suite.py`` and the A/B scripts; imported on its own: ``from
+  tvm_hetero.testing.suite import SUITE``);
+- :mod:`~tvm_hetero.testing.onnx_cases`: the onnx package's backend-test cases through ours and
+  through plain TVM in worker processes, with verdicts (``benchmarks/onnx_model_cases.py``,
+  ``benchmarks/onnx_node_suite.py``; imported on its own).
 """
 
 from .fakes import FakeBuilder, FakeRunner

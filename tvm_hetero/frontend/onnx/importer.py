@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from ...errors import ModelError
-from ...layers import UPPER_BOUND_ATTR
+from ...relax_ir import UPPER_BOUND_ATTR
 from . import refusals, shape_inference
 # imported for their registrations: each adds its fixes to FIXES
 from . import attention, elementwise, gather_scatter, recurrent, sequences, shape_ops  # noqa: F401

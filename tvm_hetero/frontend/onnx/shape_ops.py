@@ -184,7 +184,7 @@ def _squeeze_runtime_axes(importer, inputs, attrs, opset):
 
 # node tests test_compress*, test_nonzero*, test_unique*: the output shape depends on the
 # input values. TVM's converters give symbolic dimensions (the VM allocates the outputs at
-# run time: nonzero and unique run on the host CPU, see layers.HOST_BUILTINS); each symbolic
+# run time: nonzero and unique run on the host CPU, see relax_ir.HOST_BUILTINS); each symbolic
 # dimension gets an upper bound here, which the layers' byte estimates and TVM's memory
 # planning use (main's tir_var_upper_bound): no more than the elements of the input that
 # decides the count (Compress: its condition; NonZero, Unique: the data).

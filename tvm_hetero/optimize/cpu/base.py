@@ -1,12 +1,10 @@
 """Shared pieces of the CPU rules: loop extents, tiling helpers, the register tile's last
-steps, padding per task, and what the rules know of the target (:func:`cpu_traits`: vector
-lanes, vector registers, data cache sizes)."""
+steps, padding per task. What the rules know of the target (vector lanes, vector registers,
+data cache sizes: :func:`~tvm_hetero.target.cpu_traits`) is :mod:`tvm_hetero.target`'s."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ...layers import OP_KINDS_ATTR
+from ...target import cpu_traits, vector_lanes
 from ..choices import choose
 
 MIN_PARALLEL_EXTENT = 2
@@ -78,57 +76,6 @@ def tile_registers(outer: int, inner: int) -> int:
     broadcast columns inner): 4 x 3 (16 registers) 101-109 GF/s per core, 2 x 7 (22) and 2 x 6
     (19) 47-52, 1 x 14 (16) 94-99; packed-matmul's 3 x 4 (17) spilled."""
     return outer * inner + (inner if outer > 1 else 1) + 1
-
-
-def vector_lanes(target) -> tuple[int, int]:
-    """``(fp32 lanes, vector registers)`` of `target`'s widest vector unit (LLVM CPU targets),
-    from its features (its ``mcpu``). Not TVM's ``llvm_get_vector_width``: it answers 512 bits
-    for ``{"kind": "llvm", "mcpu": "x86-64"}`` and ``haswell`` targets alike."""
-    from tvm.target.codegen import llvm_cpu_has_features
-
-    try:
-        if llvm_cpu_has_features(["avx512f"], target):
-            return 16, 32
-        if llvm_cpu_has_features(["avx2"], target):
-            return 8, 16
-    except Exception:  # noqa: BLE001 (a non-x86 LLVM target has no such features)
-        pass
-    return 4, 16
-
-
-# Data cache sizes per core by the width of the vector unit (fp32 lanes): TVM's LLVM targets
-# carry no cache attribute, so these are the defaults of each vector ISA's common cores, and
-# the one place the rules read cache sizes from. AVX-512 (Skylake-SP to Sapphire Rapids, Zen 4):
-# L1d 32-48 KiB, L2 1-2 MiB; AVX2 (Haswell to Zen 3): L1d 32 KiB, L2 256-512 KiB; narrower
-# (SSE, NEON): the smallest of those.
-CACHE_BYTES = {16: (32 << 10, 1 << 20), 8: (32 << 10, 256 << 10), 4: (32 << 10, 256 << 10)}
-
-
-@dataclass(frozen=True)
-class CpuTraits:
-    """What the CPU rules size their tiles by, from an LLVM target (:func:`cpu_traits`).
-
-    Attributes
-    ----------
-    lanes : int
-        fp32 lanes of the widest vector unit (16 AVX-512, 8 AVX2, 4 otherwise).
-    registers : int
-        Vector registers of that unit (32 zmm with AVX-512, 16 ymm with AVX2, 16 otherwise).
-    l1_bytes, l2_bytes : int
-        Data cache sizes per core (`CACHE_BYTES` of the lanes).
-    """
-
-    lanes: int
-    registers: int
-    l1_bytes: int
-    l2_bytes: int
-
-
-def cpu_traits(target) -> CpuTraits:
-    """The vector unit and data caches of an LLVM CPU `target` (its ``mcpu``'s features)."""
-    lanes, registers = vector_lanes(target)
-    l1_bytes, l2_bytes = CACHE_BYTES[lanes]
-    return CpuTraits(lanes, registers, l1_bytes, l2_bytes)
 
 
 def packed_tile(channel_blocks: int, width: int, accumulators: int, registers: int,
@@ -203,7 +150,7 @@ def schedule_one_reduction(func, kind: str):
     `kind` with exactly one reduction block, else None: where the reduction rules start."""
     from tvm import s_tir
 
-    from ...layers import kernel_kind
+    from ...classify import kernel_kind
 
     if kernel_kind(func) != kind:
         return None
@@ -429,9 +376,3 @@ def finish_register_tile(sch, conv, *, epilogue_loops, epilogue_lane, task_loops
             prologue_loops = sch.get_loops(block_rv)
             if len(prologue_loops) >= prologue_depth:
                 sch.parallel(sch.fuse(*prologue_loops[:prologue_depth]))
-
-
-def op_kinds(func) -> list[str]:
-    """The ops fused into a layer's kernel (its ``OP_KINDS_ATTR``), or [] when unknown."""
-    kinds = func.attrs.get(OP_KINDS_ATTR) if func.attrs is not None else None
-    return [str(k) for k in kinds] if kinds else []

@@ -3,10 +3,11 @@ channel blocks x output columns, each a contiguous vector; epilogue per tile."""
 
 from __future__ import annotations
 
+from ...target import cpu_traits, vector_lanes
 from ..choices import choose
 from ..rule import Rule
-from .base import (PACKED_ACCUMULATORS, blocked_conv_start, cpu_traits, epilogue_at,
-                   finish_register_tile, iterations, loop_extent, packed_tile, vector_lanes)
+from .base import (PACKED_ACCUMULATORS, blocked_conv_start, epilogue_at, finish_register_tile,
+                   iterations, loop_extent, packed_tile)
 
 # Reduction blocks (the row's tiles inside each input channel block) on targets with at most
 # this many vector registers: AVX2's 8-accumulator tiles over 256-512 channels 51-72 -> 97-103

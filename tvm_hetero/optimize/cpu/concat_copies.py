@@ -3,8 +3,9 @@ input starts, one contiguous parallel copy per input."""
 
 from __future__ import annotations
 
+from ...classify import op_kinds
 from ..rule import Rule
-from .base import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent, op_kinds
+from .base import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent
 
 class ConcatCopies(Rule):
     """The ``concat-copies`` rule: concatenations: the concatenation axis partitioned where each

@@ -5,10 +5,10 @@ block's channels; the window unrolled; epilogue per tile."""
 from __future__ import annotations
 
 from ...ops.conv2d_nchwc import DEPTHWISE_BLOCK
+from ...target import vector_lanes
 from ..choices import choose
 from ..rule import Rule
-from .base import (blocked_conv_start, epilogue_at, finish_register_tile, loop_extent,
-                   vector_lanes)
+from .base import blocked_conv_start, epilogue_at, finish_register_tile, loop_extent
 
 
 def depthwise_tile(height: int, width: int, accumulators: int) -> tuple[int, int]:

@@ -4,10 +4,11 @@ window unrolled so each loaded input row serves every output row it reaches; epi
 
 from __future__ import annotations
 
+from ...target import vector_lanes
 from ..choices import choose
 from ..rule import Rule
 from .base import (epilogue_at, inline_identity_copies, largest_divisor, loop_extent,
-                   schedule_one_reduction, prologue_per_task, vector_lanes)
+                   prologue_per_task, schedule_one_reduction)
 
 # Output rows per register tile: with a K-row window, R rows load R + K - 1 input rows (times K
 # column offsets) for R * K * K multiply-adds, against K * K loads per row one row at a time.

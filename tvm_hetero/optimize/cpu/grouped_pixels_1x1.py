@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from ...devices import host_num_cores
 from ...ops import grouped_conv1x1
+from ...target import cpu_traits
 from ..rule import Rule
-from .base import PACKED_ACCUMULATORS, cpu_traits, loop_extent, loops_under, one_reduction
+from .base import PACKED_ACCUMULATORS, loop_extent, loops_under, one_reduction
 from .pixel_lanes_1x1 import pixel_tile
 
 

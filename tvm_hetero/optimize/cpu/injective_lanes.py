@@ -4,10 +4,11 @@ vector lanes, the outer axes fused and parallel when the kernel is large enough.
 
 from __future__ import annotations
 
-from ...layers import LAYER_KINDS
+from ...classify import LAYER_KINDS
+from ...target import vector_lanes
 from ..rule import Rule
 from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent,
-                   vector_lanes, walks_contiguously)
+                   walks_contiguously)
 
 # at most this many vectors in one TVM-vectorized inner loop (a 7x7 feature map: 49 lanes)
 MAX_VECTORS = 4

@@ -3,8 +3,9 @@ innermost and vectorized, the others fused and parallel."""
 
 from __future__ import annotations
 
+from ...classify import op_kinds
 from ..rule import Rule
-from .base import MIN_PARALLEL_EXTENT, is_reduction_iter, iterations, loop_extent, op_kinds
+from .base import MIN_PARALLEL_EXTENT, is_reduction_iter, iterations, loop_extent
 
 # a strided copy costs several times a plain loop's iteration: from this many elements the
 # thread pool pays (the zoo models' 16K-element transform: 10.5 us serial, 3.1 us parallel)

@@ -4,12 +4,12 @@ target's vector registers; rows padded to the tile; epilogue per tile with fast 
 
 from __future__ import annotations
 
-from ...layers import kernel_kind
+from ...classify import kernel_kind
+from ...target import cpu_traits
 from ..choices import choose
 from ..rule import Rule
-from .base import (accumulate_in_registers, cpu_traits, epilogue_at, inline_identity_copies,
-                   largest_divisor, loop_extent, one_reduction, schedule_one_reduction,
-                   unroll_register_loops)
+from .base import (accumulate_in_registers, epilogue_at, inline_identity_copies, largest_divisor,
+                   loop_extent, one_reduction, schedule_one_reduction, unroll_register_loops)
 from .fast_math import fast_math
 from .packed_weights import PACKED_WEIGHTS_ATTR
 

@@ -3,11 +3,11 @@ along the pixels (contiguous output and residual); register tiles of channels x 
 
 from __future__ import annotations
 
-from ...layers import kernel_kind
+from ...classify import kernel_kind
+from ...target import cpu_traits
 from ..choices import choose
 from ..rule import Rule
-from .base import (PACKED_ACCUMULATORS, accumulate_in_registers, cpu_traits, direct_conv,
-                   tile_registers)
+from .base import PACKED_ACCUMULATORS, accumulate_in_registers, direct_conv, tile_registers
 
 
 def pixel_tile(out_channels: int, pixel_vectors: int, in_channels: int, lanes: int,

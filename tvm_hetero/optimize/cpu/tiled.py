@@ -3,11 +3,12 @@ reduction; epilogue computed per tile; parallel tiles."""
 
 from __future__ import annotations
 
-from ...layers import kernel_kind
+from ...classify import kernel_kind
+from ...target import cpu_traits
 from ..choices import choose
 from ..rule import Rule
-from .base import (cpu_traits, epilogue_at, is_reduction_iter, largest_divisor, loop_extent,
-                   one_reduction, prologue_per_task, walks_contiguously)
+from .base import (epilogue_at, is_reduction_iter, largest_divisor, loop_extent, one_reduction,
+                   prologue_per_task, walks_contiguously)
 
 
 def tiled_tile(target) -> tuple[int, int]:

@@ -4,10 +4,11 @@ channel products in register tiles, the inverse transform and the epilogue."""
 
 from __future__ import annotations
 
-from ...layers import kernel_kind
+from ...classify import kernel_kind
 from ...ops.winograd import OUT_BLOCK, STAGES, is_winograd
+from ...target import vector_lanes
 from ..rule import Rule
-from .base import PACKED_ACCUMULATORS, largest_divisor, packed_tile, vector_lanes
+from .base import PACKED_ACCUMULATORS, largest_divisor, packed_tile
 
 __all__ = ["Winograd", "is_winograd"]
 

@@ -2,8 +2,8 @@
 rank:pairwise? Trained on half of a model's measured placements (from a records file, e.g.
 the exhaustive records search_quality.py writes), evaluated on the other half.
 
-    python benchmarks/cost_model_objective.py --records DIR/cnn/records.jsonl --model zoo:cnn \
-        --memory cpu-generic=100KiB
+    python benchmarks/experiments/cost_model_objective.py --records DIR/cnn/records.jsonl \
+        --model zoo:cnn --memory cpu-generic=100KiB
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ layer norm. Built with the checks (the default) and without (the Gather fix take
 converter map for this build only), both on `cpu`, timed alternately in one process, best of
 the rounds.
 
-    python benchmarks/index_guard_cost.py [--seq 128] [--rounds 5]
+    python benchmarks/experiments/index_guard_cost.py [--seq 128] [--rounds 5]
 """
 
 from __future__ import annotations

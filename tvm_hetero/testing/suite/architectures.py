@@ -1,152 +1,16 @@
-"""The architecture suite's models, built by code with the onnx helper API (opset 17, seeded
-random weights, nothing downloaded), plus the onnx package's light graphs with seeded weights.
-
-``SUITE`` maps a model name to a function returning ``(onnx.ModelProto, inputs)``: the inputs
-by ONNX input name (token ids in range, attention masks of zeros and ones). LSTM and GRU, which
-TVM 0.27's ONNX frontend does not import, come through tvm_hetero's own converter
-(``tvm_hetero/frontend/onnx/recurrent.py``).
-MobileNetV2 is full depth; the MobileNetV3 and EfficientNet entries are three blocks each.
-"""
+"""The suite's models, built by code with the onnx helper API (opset 17, seeded random
+weights, nothing downloaded), the onnx package's light graphs with seeded weights, and
+``SUITE``: model name -> function returning ``(onnx.ModelProto, inputs)``."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-OPSET = 17
-
-
-class GraphBuilder:
-    """Nodes, seeded initializers and unique names for one ONNX graph."""
-
-    def __init__(self, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
-        self.nodes: list = []
-        self.inits: list = []
-        self.count = 0
-
-    def name(self, prefix: str) -> str:
-        self.count += 1
-        return f"{prefix}_{self.count}"
-
-    def const(self, array: np.ndarray, prefix: str = "c") -> str:
-        name = self.name(prefix)
-        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
-        return name
-
-    def weight(self, shape, fan_in: int | None = None, prefix: str = "w") -> str:
-        fan_in = fan_in or int(np.prod(shape[1:]))
-        data = self.rng.standard_normal(shape) * math.sqrt(2.0 / max(fan_in, 1))
-        return self.const(data.astype(np.float32), prefix)
-
-    def bias(self, size: int, scale: float = 0.05) -> str:
-        return self.const((self.rng.standard_normal(size) * scale).astype(np.float32), "b")
-
-    def op(self, op_type: str, inputs, **attrs) -> str:
-        out = self.name(op_type.lower())
-        self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
-        return out
-
-    def ints(self, values) -> str:
-        return self.const(np.array(values, np.int64), "shape")
-
-    def scalar(self, value: float) -> str:
-        return self.const(np.array(value, np.float32), "s")
-
-    # layers ---------------------------------------------------------------------------------
-    def conv(self, x, cin, cout, k, stride=1, group=1, pad=None, dilation=1, dims=2):
-        kernel = [k] * dims
-        pad = (k - 1) // 2 * dilation if pad is None else pad
-        w = self.weight([cout, cin // group] + kernel, fan_in=cin // group * k ** dims)
-        return self.op("Conv", [x, w, self.bias(cout)], kernel_shape=kernel,
-                       strides=[stride] * dims, pads=[pad] * (2 * dims), group=group,
-                       dilations=[dilation] * dims)
-
-    def relu6(self, x):
-        return self.op("Clip", [x, self.scalar(0.0), self.scalar(6.0)])
-
-    def silu(self, x):
-        return self.op("Mul", [x, self.op("Sigmoid", [x])])
-
-    def gemm(self, x, fin, fout):
-        return self.op("Gemm", [x, self.weight([fout, fin]), self.bias(fout)], transB=1)
-
-    def linear(self, x, fin, fout):
-        """MatMul + Add on a [.., fin] tensor (transformer style)."""
-        return self.op("Add", [self.op("MatMul", [x, self.weight([fin, fout], fan_in=fin)]),
-                               self.bias(fout)])
-
-    def layer_norm(self, x, d):
-        scale = self.const((1.0 + self.rng.standard_normal(d) * 0.05).astype(np.float32))
-        return self.op("LayerNormalization", [x, scale, self.bias(d)], axis=-1, epsilon=1e-5)
-
-    def gelu_erf(self, x):
-        inner = self.op("Erf", [self.op("Div", [x, self.scalar(math.sqrt(2.0))])])
-        return self.op("Mul", [self.op("Mul", [x, self.op("Add", [inner, self.scalar(1.0)])]),
-                               self.scalar(0.5)])
-
-    def gelu_tanh(self, x):
-        cube = self.op("Mul", [self.op("Pow", [x, self.scalar(3.0)]), self.scalar(0.044715)])
-        inner = self.op("Mul", [self.op("Add", [x, cube]), self.scalar(math.sqrt(2 / math.pi))])
-        one_plus = self.op("Add", [self.op("Tanh", [inner]), self.scalar(1.0)])
-        return self.op("Mul", [self.op("Mul", [x, one_plus]), self.scalar(0.5)])
-
-    def squeeze_excite(self, x, channels, reduced, act="relu", gate="sigmoid"):
-        pooled = self.op("GlobalAveragePool", [x])
-        hidden = self.conv(pooled, channels, reduced, 1)
-        hidden = self.op("Relu", [hidden]) if act == "relu" else self.silu(hidden)
-        scale = self.conv(hidden, reduced, channels, 1)
-        scale = self.op("HardSigmoid", [scale], alpha=1 / 6, beta=0.5) if gate == "hard" \
-            else self.op("Sigmoid", [scale])
-        return self.op("Mul", [x, scale])
-
-    def attention(self, x, seq, d, heads, mask=None):
-        """Multi-head self-attention on [1, seq, d]; `mask` an additive [1|.., seq, seq]
-        tensor broadcast over heads."""
-        dh = d // heads
-
-        def split(t, perm):
-            return self.op("Transpose", [self.op("Reshape", [t, self.ints([1, seq, heads, dh])])],
-                           perm=perm)
-
-        q = split(self.linear(x, d, d), [0, 2, 1, 3])
-        k = split(self.linear(x, d, d), [0, 2, 3, 1])
-        v = split(self.linear(x, d, d), [0, 2, 1, 3])
-        scores = self.op("Div", [self.op("MatMul", [q, k]), self.scalar(math.sqrt(dh))])
-        if mask is not None:
-            scores = self.op("Add", [scores, mask])
-        probs = self.op("Softmax", [scores], axis=-1)
-        ctx = self.op("Transpose", [self.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
-        ctx = self.op("Reshape", [ctx, self.ints([1, seq, d])])
-        return self.linear(ctx, d, d)
-
-    def encoder_layer(self, x, seq, d, heads, ffn, mask=None):
-        """Post-norm (BERT) encoder layer with GELU through Erf."""
-        x = self.layer_norm(self.op("Add", [x, self.attention(x, seq, d, heads, mask)]), d)
-        hidden = self.gelu_erf(self.linear(x, d, ffn))
-        return self.layer_norm(self.op("Add", [x, self.linear(hidden, ffn, d)]), d)
-
-    def model(self, name, inputs, outputs) -> onnx.ModelProto:
-        graph = helper.make_graph(self.nodes, name, inputs, [], self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                  producer_name="tvm_hetero.benchmarks.suite_models")
-        model.ir_version = 8
-        # the outputs' shapes from ONNX shape inference
-        inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
-        model.graph.output.extend(inferred[o] for o in outputs)
-        onnx.checker.check_model(model)
-        return model
-
-
-def _float_input(name, shape):
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
-
-
-def _normal(shape, seed=1):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+from ..models import light_model
+from .graph import GraphBuilder, float_input, normal_array, strip_initializer_inputs
 
 
 def mlp(batch: int):
@@ -158,8 +22,8 @@ def mlp(batch: int):
         x = g.gemm(x, fin, fout)
         if i < len(widths) - 2:
             x = g.op("Relu", [x])
-    return (g.model(f"mlp_b{batch}", [_float_input("x", [batch, 1024])], [x]),
-            {"x": _normal([batch, 1024])})
+    return (g.model(f"mlp_b{batch}", [float_input("x", [batch, 1024])], [x]),
+            {"x": normal_array([batch, 1024])})
 
 
 def wide_and_deep():
@@ -174,9 +38,9 @@ def wide_and_deep():
     deep = g.op("Flatten", [g.op("GlobalAveragePool", [deep])])
     both = g.op("Concat", [wide, deep], axis=1)
     out = g.op("Sigmoid", [g.gemm(g.op("Relu", [g.gemm(both, 576, 256)]), 256, 1)])
-    inputs = [_float_input("dense", [8, 4096]), _float_input("image", [8, 3, 32, 32])]
-    return g.model("wide_and_deep", inputs, [out]), {"dense": _normal([8, 4096]),
-                                                      "image": _normal([8, 3, 32, 32], 2)}
+    inputs = [float_input("dense", [8, 4096]), float_input("image", [8, 3, 32, 32])]
+    return g.model("wide_and_deep", inputs, [out]), {"dense": normal_array([8, 4096]),
+                                                      "image": normal_array([8, 3, 32, 32], 2)}
 
 
 def bert_layer(seq: int = 128, d: int = 768, heads: int = 12, vocab: int = 8192):
@@ -210,8 +74,8 @@ def gpt2_block(seq: int = 128, d: int = 768, heads: int = 12):
     x = g.op("Add", ["x", attn])
     hidden = g.gelu_tanh(g.linear(g.layer_norm(x, d), d, 4 * d))
     out = g.op("Add", [x, g.linear(hidden, 4 * d, d)])
-    return (g.model("gpt2_block", [_float_input("x", [1, seq, d])], [out]),
-            {"x": _normal([1, seq, d])})
+    return (g.model("gpt2_block", [float_input("x", [1, seq, d])], [out]),
+            {"x": normal_array([1, seq, d])})
 
 
 def vit(d: int = 768, heads: int = 12, patch: int = 16):
@@ -227,8 +91,8 @@ def vit(d: int = 768, heads: int = 12, patch: int = 16):
     x = g.encoder_layer(g.op("Add", [x, pos]), tokens + 1, d, heads, 4 * d)
     first = g.op("Gather", [g.layer_norm(x, d), g.const(np.array(0, np.int64))], axis=1)
     out = g.gemm(first, d, 1000)
-    return (g.model("vit", [_float_input("image", [1, 3, 224, 224])], [out]),
-            {"image": _normal([1, 3, 224, 224])})
+    return (g.model("vit", [float_input("image", [1, 3, 224, 224])], [out]),
+            {"image": normal_array([1, 3, 224, 224])})
 
 
 def mobilenet_v2():
@@ -248,8 +112,8 @@ def mobilenet_v2():
             cin = c
     x = g.relu6(g.conv(x, cin, 1280, 1))
     out = g.gemm(g.op("Flatten", [g.op("GlobalAveragePool", [x])]), 1280, 1000)
-    return (g.model("mobilenet_v2", [_float_input("image", [1, 3, 224, 224])], [out]),
-            {"image": _normal([1, 3, 224, 224])})
+    return (g.model("mobilenet_v2", [float_input("image", [1, 3, 224, 224])], [out]),
+            {"image": normal_array([1, 3, 224, 224])})
 
 
 def _hardswish_block(g, x, cin, hidden, cout, k, stride):
@@ -267,8 +131,8 @@ def mobilenet_v3_block():
     x = _hardswish_block(g, "x", 40, 240, 80, 3, 2)
     x = _hardswish_block(g, x, 80, 200, 80, 3, 1)
     x = _hardswish_block(g, x, 80, 480, 112, 5, 1)
-    return (g.model("mobilenet_v3_block", [_float_input("x", [1, 40, 28, 28])], [x]),
-            {"x": _normal([1, 40, 28, 28])})
+    return (g.model("mobilenet_v3_block", [float_input("x", [1, 40, 28, 28])], [x]),
+            {"x": normal_array([1, 40, 28, 28])})
 
 
 def efficientnet_block():
@@ -284,8 +148,8 @@ def efficientnet_block():
         y = g.conv(y, hidden, cout, 1)
         x = g.op("Add", [x, y]) if stride == 1 and cin == cout else y
         cin = cout
-    return (g.model("efficientnet_block", [_float_input("x", [1, 40, 28, 28])], [x]),
-            {"x": _normal([1, 40, 28, 28])})
+    return (g.model("efficientnet_block", [float_input("x", [1, 40, 28, 28])], [x]),
+            {"x": normal_array([1, 40, 28, 28])})
 
 
 def tcn():
@@ -298,8 +162,8 @@ def tcn():
         y = g.op("Relu", [g.conv(y, 128, 128, 3, dilation=dilation, dims=1)])
         x = g.op("Add", [x, y])
     out = g.conv(x, 128, 32, 1, dims=1)
-    return (g.model("tcn", [_float_input("x", [1, 64, 1024])], [out]),
-            {"x": _normal([1, 64, 1024])})
+    return (g.model("tcn", [float_input("x", [1, 64, 1024])], [out]),
+            {"x": normal_array([1, 64, 1024])})
 
 
 def unet():
@@ -320,8 +184,8 @@ def unet():
     d2 = double(g.op("Concat", [up(b), e2], axis=1), 192, 64)
     d1 = double(g.op("Concat", [up(d2), e1], axis=1), 96, 32)
     out = g.conv(d1, 32, 2, 1)
-    return (g.model("unet", [_float_input("image", [1, 3, 128, 128])], [out]),
-            {"image": _normal([1, 3, 128, 128])})
+    return (g.model("unet", [float_input("image", [1, 3, 128, 128])], [out]),
+            {"image": normal_array([1, 3, 128, 128])})
 
 
 def recurrent(op_type: str, seq: int = 32, features: int = 256, hidden: int = 512):
@@ -333,8 +197,8 @@ def recurrent(op_type: str, seq: int = 32, features: int = 256, hidden: int = 51
     b = g.const((g.rng.standard_normal([1, 2 * gates * hidden]) * 0.05).astype(np.float32))
     outs = [g.name("y"), g.name("y_h")]
     g.nodes.append(helper.make_node(op_type, ["x", w, r, b], outs, hidden_size=hidden))
-    return (g.model(op_type.lower(), [_float_input("x", [seq, 1, features])], [outs[1]]),
-            {"x": _normal([seq, 1, features])})
+    return (g.model(op_type.lower(), [float_input("x", [seq, 1, features])], [outs[1]]),
+            {"x": normal_array([seq, 1, features])})
 
 
 def llama_decode(d: int = 1024, heads: int = 16, ffn: int = 2816, layers: int = 2,
@@ -370,12 +234,12 @@ def llama_decode(d: int = 1024, heads: int = 16, ffn: int = 2816, layers: int = 
         return g.op("Add", [g.op("Mul", [t, "cos"]), g.op("Mul", [rotated, "sin"])])
 
     x = "x"
-    inputs = [_float_input("x", [1, 1, d]), _float_input("cos", [1, 1, 1, dh]),
-              _float_input("sin", [1, 1, 1, dh])]
+    inputs = [float_input("x", [1, 1, d]), float_input("cos", [1, 1, 1, dh]),
+              float_input("sin", [1, 1, 1, dh])]
     rng = np.random.default_rng(11)
     angles = past * 10000.0 ** (-np.arange(half) / half)
     angles = np.concatenate([angles, angles]).reshape(1, 1, 1, dh)
-    feed = {"x": _normal([1, 1, d], 5), "cos": np.cos(angles).astype(np.float32),
+    feed = {"x": normal_array([1, 1, d], 5), "cos": np.cos(angles).astype(np.float32),
             "sin": np.sin(angles).astype(np.float32)}
     outputs = []
     for layer in range(layers):
@@ -384,8 +248,8 @@ def llama_decode(d: int = 1024, heads: int = 16, ffn: int = 2816, layers: int = 
         k = rotary(heads_of(matmul(h, d, d)))
         v = heads_of(matmul(h, d, d))
         past_k, past_v = f"past_key_{layer}", f"past_value_{layer}"
-        inputs += [_float_input(past_k, [1, heads, past, dh]),
-                   _float_input(past_v, [1, heads, past, dh])]
+        inputs += [float_input(past_k, [1, heads, past, dh]),
+                   float_input(past_v, [1, heads, past, dh])]
         feed[past_k] = rng.standard_normal([1, heads, past, dh]).astype(np.float32)
         feed[past_v] = rng.standard_normal([1, heads, past, dh]).astype(np.float32)
         keys = g.op("Concat", [past_k, k], axis=2)  # [1, heads, past + 1, dh]
@@ -439,95 +303,18 @@ def yolo_detector(size: int = 160, classes: int = 20, anchors: int = 3):
         y = g.op("Reshape", [y, g.ints([1, anchors, per_cell, cells])])
         heads.append(g.op("Sigmoid", [g.op("Transpose", [y], perm=[0, 1, 3, 2])]))
     out = g.op("Concat", heads, axis=2)
-    return (g.model("yolo_detector", [_float_input("image", [1, 3, size, size])], [out]),
-            {"image": _normal([1, 3, size, size], 4)})
+    return (g.model("yolo_detector", [float_input("image", [1, 3, size, size])], [out]),
+            {"image": normal_array([1, 3, size, size], 4)})
 
 
 def light(name: str):
     """The onnx package's light graph with seeded weights, its initializers off the input
     list."""
-    from tvm_hetero.testing import light_model
-
     model = light_model(name)
     strip_initializer_inputs(model)
     specs = [(v.name, [d.dim_value for d in v.type.tensor_type.shape.dim])
              for v in model.graph.input]
-    return model, {name: _normal(shape) for name, shape in specs}
-
-
-def ort_cpu_session(proto: onnx.ModelProto, threads: int, profile_prefix: str | None = None):
-    """An onnxruntime CPU session of `proto` on `threads` intra-op threads, one inter-op
-    thread, warnings off; profiling into files starting with `profile_prefix` where given."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.log_severity_level = 3
-    if profile_prefix is not None:
-        options.enable_profiling = True
-        options.profile_file_prefix = profile_prefix
-    return ort.InferenceSession(proto.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
-
-
-def suite_case(name: str, threads: int):
-    """Suite model `name` ready to compare: ``(proto, feed, model, inputs, session, want)``:
-    the ONNX model and onnxruntime's feed, the tvm_hetero model and its inputs, an
-    onnxruntime CPU session on `threads` threads and its outputs (the reference)."""
-    import tvm_hetero as th
-
-    proto, feed = SUITE[name]()
-    model = th.load_model(proto, name=name)
-    inputs = {spec.name: feed[spec.source_name or spec.name] for spec in model.inputs}
-    session = ort_cpu_session(proto, threads)
-    return proto, feed, model, inputs, session, session.run(None, feed)
-
-
-def cpu_devices(target_mcpu: str | None, threads: int):
-    """The A/B benchmarks' one-device set: the host CPU (``cpu``), or with `target_mcpu` an
-    LLVM CPU of that name and `threads` cores, also named ``cpu``."""
-    import json
-
-    import tvm_hetero as th
-
-    spec = "cpu"
-    if target_mcpu:
-        spec = json.dumps({"kind": "llvm", "mcpu": target_mcpu, "num-cores": threads,
-                           "name": "cpu"})
-    return th.DeviceSet.parse([spec])
-
-
-def alternating_best(session, feed, builds: dict, inputs, rounds: int, repeat: int) -> dict:
-    """Best median ms over `rounds` rounds alternating onnxruntime's `session` (key ``ort``,
-    fed `feed`) and each compiled model of `builds` (by its key, fed `inputs`)."""
-    import time
-
-    import tvm_hetero as th
-
-    keys = ["ort", *builds]
-    best = dict.fromkeys(keys, math.inf)
-    for index in range(rounds):
-        # each round starts with the next one: on a tiny model the first of a round read up
-        # to 5-10 % faster than the others (MobileNetV3's block, A/B and B/A)
-        for key in keys[index % len(keys):] + keys[:index % len(keys)]:
-            time.sleep(0.3)
-            if key == "ort":
-                ms = th.time_function(lambda: session.run(None, feed), repeat=repeat).median
-            else:
-                ms = builds[key].benchmark(inputs, repeat=repeat).median
-            best[key] = min(best[key], ms)
-    return best
-
-
-def strip_initializer_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Remove the initializers from the graph inputs (in place): onnxruntime folds only
-    initializers that are not also inputs."""
-    inits = {init.name for init in model.graph.initializer}
-    keep = [v for v in model.graph.input if v.name not in inits]
-    del model.graph.input[:]
-    model.graph.input.extend(keep)
-    model.ir_version = max(model.ir_version, 4)
-    return model
+    return model, {name: normal_array(shape) for name, shape in specs}
 
 
 SUITE = {

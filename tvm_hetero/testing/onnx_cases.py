@@ -1,4 +1,5 @@
-"""Shared by onnx_model_cases.py and onnx_node_suite.py: run one onnx backend-test case (a
+"""The onnx package's backend-test cases through tvm_hetero and through plain TVM (for
+``benchmarks/onnx_model_cases.py`` and ``benchmarks/onnx_node_suite.py``): run one case (a
 folder with model.onnx and test_data_set_N/{input,output}_K.pb) through tvm_hetero's path or
 through plain TVM, in pooled worker processes with a timeout, and tabulate the verdicts.
 

@@ -8,9 +8,9 @@ number of calls. With ``--cpu-time`` each kernel is timed by the CPU time of its
 (``time.process_time``) instead of the wall clock: on a machine shared with other jobs that
 is what the tile changes (run it with ``TVM_NUM_THREADS=1`` to time one core's work).
 
-    python benchmarks/conv_tile_ab.py [--models vgg19,squeezenet,resnet50]
-                                      [--target-mcpu haswell] [--rounds 3] [--top 8]
-                                      [--cpu-time]
+    python benchmarks/experiments/conv_tile_ab.py [--models vgg19,squeezenet,resnet50]
+                                                  [--target-mcpu haswell] [--rounds 3] [--top 8]
+                                                  [--cpu-time]
 """
 
 from __future__ import annotations
@@ -19,21 +19,20 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import time
 from collections import Counter
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE  # noqa: E402
+import tvm
 
-import tvm  # noqa: E402
-
-import tvm_hetero as th  # noqa: E402
-from tvm_hetero.devices import host_num_cores  # noqa: E402
-from tvm_hetero.layers import kernel_kind, layered_module  # noqa: E402
-from tvm_hetero.optimize.cpu import base, blocked_nchwc, winograd  # noqa: E402
-from tvm_hetero.optimize.kernel import kernel_for, time_kernel  # noqa: E402
-from tvm_hetero.prepare import PrepareConfig  # noqa: E402
+import tvm_hetero as th
+from tvm_hetero.classify import kernel_kind
+from tvm_hetero.devices import host_num_cores
+from tvm_hetero.layered import layered_module
+from tvm_hetero.optimize.cpu import base, blocked_nchwc, winograd
+from tvm_hetero.optimize.kernel import kernel_for, time_kernel
+from tvm_hetero.prepare import PrepareConfig
+from tvm_hetero.target import cpu_traits
+from tvm_hetero.testing.suite import SUITE
 
 OLD_ACCUMULATORS = {32: 16, 16: 6}
 
@@ -50,7 +49,7 @@ def old_products_tile(channel_blocks, tile_cols, vectors_per_block, registers):
 def without_reduction_blocks(target):
     """`cpu_traits` as blocked-nchwc saw them in rules version 14: its tiles ran over the whole
     reduction whatever the L1 cache (a cache no tile's weights outgrow)."""
-    return dataclasses.replace(base.cpu_traits(target), l1_bytes=1 << 40)
+    return dataclasses.replace(cpu_traits(target), l1_bytes=1 << 40)
 
 
 def compiled(func, device, old: bool):

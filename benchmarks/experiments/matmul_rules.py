@@ -3,7 +3,8 @@
 rounds), and the small-M products' weight streaming rate against the copy bandwidth
 ``tvm-hetero devices`` measures, both printed per product (issue 17, item 4).
 
-    python benchmarks/matmul_rules.py [--target-mcpu haswell] [--rounds 5] [--only bandwidth]
+    python benchmarks/experiments/matmul_rules.py [--target-mcpu haswell] [--rounds 5]
+                                                  [--only bandwidth]
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import numpy as np
 
 from tvm_hetero.devices import DeviceSet, host_num_cores
 from tvm_hetero.optimize.cpu import PackedMatmul, SplitKGemv, Tiled
-from tvm_hetero.optimize.cpu.base import cpu_traits
 from tvm_hetero.optimize.cpu.packed_matmul import matmul_tile
 from tvm_hetero.optimize.kernel import time_kernel
 from tvm_hetero.profiles import measure_transfer
+from tvm_hetero.target import cpu_traits
 
 # (name, M, K, N, epilogue): the suite's matmul kernels (model_suite's per-kernel table)
 SHAPES = [

@@ -1,52 +1,28 @@
-"""MetaSchedule tuning of a placement's kernels, per device, with a database kept on disk.
-
-:func:`tune_kernels` tunes every distinct kernel of the layers a placement puts on each device
-(weighted by how often the model calls it) with TVM's MetaSchedule under one global trial
-budget, then times each tuned kernel against the same kernel scheduled by the optimization
-table's rules, on that device, alone, on the same random arguments. The rule's own ranked
-choices (:mod:`tvm_hetero.optimize.choices`: its register tile, its reduction blocks, where
-padding runs) are measured there too, each alternative to the heuristic's pick; the fastest
-of the rule, its alternatives and MetaSchedule's schedule is what a build uses. The
-MetaSchedule database (``database_workload.json``, ``database_tuning_record.json``) and those
-comparisons (``choices.json``) live in one directory: a later run reuses every kernel already
-there instead of tuning it again, and :func:`tvm_hetero.build` with ``tuning_db=DIR``
-schedules a kernel by its tuned schedule (or the rule with its measured choices) only where
-that one measured faster than the rule as it stands. Comparisons made against older default
-rules (``optimize.RULES_VERSION``) are not used: the kernel is compared again (and tuned
-again only when the MetaSchedule database has no record of it).
-
-With ``kernel_share`` below 1 only the heaviest kernels (by their time under the rules times
-their calls) are tuned; kernels whose shapes depend on input values keep their rule.
-
-A kernel is tuned per target: the same convolution on ``cpu`` (znver5) and on
-``cpu-generic`` (x86-64) are two workloads, since the best schedule of one is not the other's.
-"""
+"""MetaSchedule tuning of a placement's kernels, per device, into a
+:class:`~.records.KernelTuningDatabase`; each tuned kernel timed against the rules."""
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..devices import DeviceSet, host_num_cores
-from ..errors import BuildError, HeteroError, error_message
-from ..frontend import load_model
-from ..layers import extract_layers, placed_module
-from ..ops.winograd import is_winograd
-from ..prepare import PrepareConfig
-from ..placement import Placement
-from .choices import Choices, variants
-from .kernel import build_kernel, kernel_for, schedule_kernel, time_kernel
-from .table import RULES_VERSION
+from ...devices import DeviceSet, host_num_cores
+from ...errors import BuildError, HeteroError, error_message
+from ...frontend import load_model
+from ...layers import extract_layers
+from ...layered import placed_module
+from ...ops.winograd import is_winograd
+from ...prepare import PrepareConfig
+from ...placement import Placement
+from ..choices import Choices, variants
+from ..kernel import build_kernel, kernel_for, schedule_kernel, time_kernel
+from ..table import RULES_VERSION, RuleTable, resolve_table
+from .records import KernelChoice, KernelTuningDatabase, workload
 
 logger = logging.getLogger(__name__)
 
-TUNED_FOR_ATTR = "tvm_hetero.tuned_for"
-CHOICES_FILE = "choices.json"
-CHOICES_FORMAT = "tvm_hetero.tuning_choices"
 # Every fresh MetaSchedule builder worker imports tvm.s_tir.tensor_intrin (~40 s on 2 cores):
 # TVM's default 30 s builder timeout fails every build (docs/design.md, "Tuning (MetaSchedule)").
 BUILDER_TIMEOUT_S = 300
@@ -54,74 +30,6 @@ RUNNER_TIMEOUT_S = 60
 # A tuned kernel and the rules' kernel are timed alternately this many times, the best of each
 # compared.
 COMPARE_ROUNDS = 5
-# A variant of the rule's choices is taken when it runs in at most this share of the rule's
-# time: identical code reads up to 2-3 % apart in those rounds, and a variant is no gain unless
-# it is faster than that.
-CHOICES_MARGIN = 0.97
-
-
-def _workload(func, target):
-    """The module MetaSchedule tunes and looks up for `func` on `target`: the kernel without
-    its build-time attributes, marked with its target so two devices never share records."""
-    import tvm
-
-    for key in ("target", "global_symbol"):
-        if func.attrs is not None and key in func.attrs:
-            func = func.without_attr(key)
-    func = func.with_attr(TUNED_FOR_ATTR, str(target)).with_attr("global_symbol", "main")
-    return tvm.IRModule({"main": func})
-
-
-def _key(workload) -> str:
-    import tvm_ffi
-
-    return f"{tvm_ffi.structural_hash(workload):x}"
-
-
-@dataclass
-class KernelChoice:
-    """One tuned kernel: its MetaSchedule-tuned, rule-scheduled and best rule-variant
-    latency on its device.
-
-    Attributes
-    ----------
-    choices : dict
-        The rule's choices of its fastest variant (``{}``: the heuristic's own picks).
-    choices_ms : float or None
-        That variant's time (None: the rule has no alternatives for this kernel).
-    """
-
-    name: str
-    device: str
-    calls: int
-    trials: int
-    tuned_ms: float | None
-    rule_ms: float
-    rule: str | None
-    choices: dict = field(default_factory=dict)
-    choices_ms: float | None = None
-
-    @property
-    def use_tuned(self) -> bool:
-        """Whether builds take MetaSchedule's schedule (faster than the rule and its
-        variants)."""
-        return self.tuned_ms is not None and self.tuned_ms < self.rule_ms \
-            and (self.choices_ms is None or self.tuned_ms < self.choices_ms)
-
-    @property
-    def use_choices(self) -> bool:
-        """Whether builds take the rule with its measured choices (a variant faster than
-        the rule's picks, by more than the timing noise `CHOICES_MARGIN`, and than
-        MetaSchedule's schedule)."""
-        return bool(self.choices) and self.choices_ms is not None \
-            and self.choices_ms < CHOICES_MARGIN * self.rule_ms and not self.use_tuned
-
-    @property
-    def best_ms(self) -> float:
-        """The time of what builds use."""
-        if self.use_tuned:
-            return self.tuned_ms
-        return self.choices_ms if self.use_choices else self.rule_ms
 
 
 @dataclass
@@ -138,119 +46,6 @@ class TuningSummary:
     unsearchable: int = 0  # kernels MetaSchedule cannot search: their rule's choices measured
     left_to_rules: int = 0  # light kernels outside `kernel_share`: not tuned this run
     seconds: float = 0.0
-
-
-class TuningDatabase:
-    """A tuning directory: MetaSchedule's JSON database plus the tuned-vs-rules comparisons.
-
-    Parameters
-    ----------
-    path : str
-        The directory (created when missing).
-    """
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = os.fspath(path)
-        if os.path.exists(self.path) and not os.path.isdir(self.path):
-            raise HeteroError(f"tuning database {self.path} is not a directory")
-        try:
-            os.makedirs(self.path, exist_ok=True)
-        except OSError as err:
-            raise HeteroError(f"cannot create tuning database {self.path}: "
-                              f"{err.strerror}") from err
-        self._ms_database = None
-        self.choices: dict[str, dict] = self._read_choices()
-        # kernels `schedule` found compared under other rules (kept to the rules), by name
-        self.stale: set[str] = set()
-
-    def _read_choices(self) -> dict[str, dict]:
-        path = os.path.join(self.path, CHOICES_FILE)
-        if not os.path.exists(path):
-            return {}
-        try:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
-            if data.get("format") != CHOICES_FORMAT or not isinstance(data.get("kernels"),
-                                                                      dict):
-                raise ValueError("not a tvm_hetero tuning database")
-            return data["kernels"]
-        except (OSError, ValueError) as err:
-            raise HeteroError(f"unreadable tuning database {path}: {error_message(err)}") from err
-
-    def save_choices(self) -> None:
-        path = os.path.join(self.path, CHOICES_FILE)
-        tmp = path + ".tmp"  # written whole, then renamed: the same as the profile's save
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump({"format": CHOICES_FORMAT, "kernels": self.choices}, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-
-    @property
-    def ms_database(self):
-        if self._ms_database is None:
-            from tvm.s_tir import meta_schedule as ms
-
-            self._ms_database = ms.database.JSONDatabase(work_dir=self.path,
-                                                         module_equality="structural")
-        return self._ms_database
-
-    def __len__(self) -> int:
-        return len(self.choices)
-
-    def _choice(self, workload) -> dict | None:
-        """The stored comparison, when it was made against the current default rules."""
-        return _current(self.choices.get(_key(workload)))
-
-    def has(self, func, target) -> bool:
-        return self._choice(_workload(func, target)) is not None
-
-    def has_records(self, func, target) -> bool:
-        """Whether MetaSchedule measured `func` on `target` (a tune stopped part-way has
-        registered its kernels' workloads before measuring any of them)."""
-        workload = _workload(func, target)
-        if not self.ms_database.has_workload(workload):
-            return False
-        return bool(self.ms_database.get_top_k(self.ms_database.commit_workload(workload), 1))
-
-    def schedule(self, func, target):
-        """The tuned PrimFunc for `func` on `target` when MetaSchedule's schedule beat the
-        rules (and their measured choices), else None."""
-        workload = _workload(func, target)
-        key = _key(workload)
-        stored = self.choices.get(key)
-        choice = _current(stored)
-        if choice is None and stored is not None:
-            self.stale.add(stored.get("name", key))
-        if not choice or not _as_choice(choice, 0).use_tuned:
-            return None
-        sch = self.ms_database.query_schedule(workload, target=target, workload_name="main")
-        if sch is None:
-            return None
-        tuned = sch.mod["main"].without_attr(TUNED_FOR_ATTR).without_attr("global_symbol")
-        return tuned.with_attrs({k: v for k, v in func.attrs.items()}) \
-            if func.attrs is not None else tuned
-
-
-    def rule_choices(self, func, target) -> dict | None:
-        """The rule's choices (``{choice: option index}``) measured fastest for `func` on
-        `target`, when they beat the rule's own picks and MetaSchedule's schedule; else
-        None."""
-        choice = self._choice(_workload(func, target))
-        if not choice or not _as_choice(choice, 0).use_choices:
-            return None
-        return dict(choice["choices"])
-
-
-def _as_choice(stored: dict, calls: int) -> KernelChoice:
-    return KernelChoice(stored["name"], stored.get("device", ""), calls, stored["trials"],
-                        stored["tuned_ms"], stored["rule_ms"], stored["rule"],
-                        dict(stored.get("choices") or {}), stored.get("choices_ms"))
-
-
-def _current(choice: dict | None) -> dict | None:
-    """`choice` (a stored comparison) when it was made against the current default rules."""
-    return choice if choice and choice.get("rules_version") == RULES_VERSION else None
 
 
 def is_scheduled(func) -> bool:
@@ -271,13 +66,13 @@ def has_symbolic_shape(func) -> bool:
     return False
 
 
-def _heaviest(kernels, device, share):
+def _heaviest(kernels, device, share, rules):
     """The kernels that make up `share` of the device's time under the rules (each kernel
     timed alone, rule-scheduled, times its calls), heaviest first."""
     weighted = []
     for kernel in kernels:
         name, func, calls = kernel
-        ms = time_kernel(*kernel_for(func, device), device)
+        ms = time_kernel(*kernel_for(func, device, rules=rules), device)
         weighted.append((ms * calls, kernel))
         logger.info("kernel %s on %s: %.4f ms x %d calls under the rules", name, device.name,
                     ms, calls)
@@ -305,9 +100,10 @@ def _kernels_by_device(model, placement, devices):
             for device, counter in calls.items()}
 
 
-def tune_kernels(model, placement, devices, trials: int, database: str | TuningDatabase,
-                 *, kernel_share: float = 1.0, trials_per_iter: int = 16, seed: int = 0,
-                 progress=None) -> TuningSummary:
+def tune_kernels(model, placement, devices, trials: int,
+                 database: str | KernelTuningDatabase, *, kernel_share: float = 1.0,
+                 trials_per_iter: int = 16, seed: int = 0, progress=None,
+                 rules: RuleTable | None = None) -> TuningSummary:
     """Tune the kernels of `placement` with MetaSchedule, keeping the results in `database`.
 
     Parameters
@@ -321,7 +117,7 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
         MetaSchedule's global trial budget per device, shared by that device's kernels in
         proportion to how often the model calls them (its gradient task scheduler). Kernels
         already in the database are reused, not tuned again; 0 tunes nothing.
-    database : str or TuningDatabase
+    database : str or KernelTuningDatabase
         The tuning directory.
     kernel_share : float
         Tune only the heaviest kernels: those that together make up this share (0 < share <= 1)
@@ -337,6 +133,10 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
         Candidates measured per MetaSchedule search iteration.
     progress : callable, optional
         Called with one message per device.
+    rules : RuleTable, optional
+        The optimization table tuned kernels are compared against (None, the default: the
+        active table). Comparisons are kept per table: a build uses them only under the same
+        table (``build(..., rules=...)``); MetaSchedule's own records are shared by all.
 
     Returns
     -------
@@ -347,9 +147,11 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
     if not 0 < kernel_share <= 1:
         raise HeteroError(f"the kernel share to tune must be in (0, 1], got {kernel_share}")
     start = time.perf_counter()
+    table = resolve_table(rules)
     model = load_model(model)
     devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
-    db = database if isinstance(database, TuningDatabase) else TuningDatabase(database)
+    db = database if isinstance(database, KernelTuningDatabase) \
+        else KernelTuningDatabase(database)
     if isinstance(placement, str):
         placement = Placement.parse(placement, extract_layers(
             model, PrepareConfig.for_devices(devices)))
@@ -377,13 +179,13 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
         summary.as_written += len(written)
         kernels = [kernel for kernel in kernels if not is_scheduled(kernel[1])]
         todo = [(name, func, calls) for name, func, calls in kernels
-                if not db.has(func, target)]
+                if not db.has(func, target, table)]
         summary.reused += len(kernels) - len(todo)
         if not todo or trials == 0:
             continue
         DeviceSet([device]).check_runtime()  # kernels are measured on the device itself
         if kernel_share < 1:
-            heaviest = _heaviest(kernels, device, kernel_share)
+            heaviest = _heaviest(kernels, device, kernel_share, table)
             chosen = {name for name, _, _ in heaviest}
             # the share bounds what is tuned; a kernel measured before (by a run whose share
             # took it) is compared again whatever this run's share, or its tuned schedule
@@ -406,28 +208,30 @@ def tune_kernels(model, placement, devices, trials: int, database: str | TuningD
         if untuned:
             if progress:
                 progress(f"tuning {len(untuned)} kernels on {device_name} ({trials} trials)")
-            summary.unsearchable += _run_metaschedule(
+            summary.unsearchable += run_metaschedule(
                 untuned, target, trials, trials_per_iter, seed, db,
                 device.target.get("num-cores"))
         for name, func, calls in todo:
-            db.choices[_key(_workload(func, target))] = _compare(db, name, func, calls,
-                                                                 device, target)
+            db.record(func, target, compare_kernel(db, name, func, calls, device, target, table),
+                      table)
             summary.tuned += 1
         db.save_choices()
     for device_name, kernels in by_device.items():
         target = devices[device_name].tvm_target()
         for name, func, calls in kernels:
-            choice = db._choice(_workload(func, target))
+            choice = db.comparison(func, target, table)
             if choice:
                 summary.choices.append(
-                    _as_choice(dict(choice, name=name, device=device_name), calls))
+                    KernelChoice.from_stored(dict(choice, name=name, device=device_name), calls))
     summary.seconds = time.perf_counter() - start
     return summary
 
 
-def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_cores) -> int:
-    """Tune `kernels` together; returns how many MetaSchedule could not search (its design
-    space generation raised on them: they are left out, logged, and keep their rule)."""
+def run_metaschedule(kernels, target, trials, trials_per_iter, seed, db,
+                     num_cores) -> int:
+    """Tune `kernels` (``[(name, func, calls)]``) together on `target` into `db`; returns how
+    many MetaSchedule could not search (its design space generation raised on them: they are
+    left out, logged, and keep their rule)."""
     from tvm.s_tir import meta_schedule as ms
 
     from .builder_pool import PooledBuilder, import_tensor_intrinsics
@@ -436,7 +240,7 @@ def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_co
     cores = num_cores or host_num_cores()
     contexts, weights = [], []
     for index, (name, func, calls) in enumerate(kernels):
-        context = ms.TuneContext(mod=_workload(func, target), target=target,
+        context = ms.TuneContext(mod=workload(func, target), target=target,
                                  space_generator="post-order-apply",
                                  search_strategy="evolutionary", task_name=name,
                                  rand_state=seed + index, num_threads=cores).clone()
@@ -467,30 +271,32 @@ def _run_metaschedule(kernels, target, trials, trials_per_iter, seed, db, num_co
     return len(kernels) - len(contexts)
 
 
-def _compare(db, name, func, calls, device, target) -> dict:
-    """Time the tuned kernel (when MetaSchedule found one) and the rule-scheduled kernel."""
+def compare_kernel(db, name, func, calls, device, target, rules: RuleTable | None = None) -> dict:
+    """Time the tuned kernel (when MetaSchedule found one), the kernel scheduled by the rules
+    of `rules` (None: the active table) and the rule's variants; returns the comparison to
+    store."""
     import tvm
     import tvm_ffi
 
-    workload = _workload(func, target)
-    records = db.ms_database.get_top_k(db.ms_database.commit_workload(workload), 1 << 30)
+    module = workload(func, target)
+    records = db.ms_database.get_top_k(db.ms_database.commit_workload(module), 1 << 30)
     chosen: dict = {}  # the rule the scheduling took
     with Choices() as seen:
-        scheduled = {"rule": schedule_kernel(func, device, chosen)}
+        scheduled = {"rule": schedule_kernel(func, device, chosen, rules)}
     rule = chosen.get("main")
     alternatives = variants(seen.seen)
     distinct = {tvm_ffi.structural_hash(scheduled["rule"]["main"])}
     for index, fixed in enumerate(alternatives):
         took: dict = {}
         with Choices(fixed):
-            mod = schedule_kernel(func, device, took)
+            mod = schedule_kernel(func, device, took, rules)
         code = tvm_ffi.structural_hash(mod["main"])
         # another rule took the kernel, or the choice left the code as it was: not built
         if took.get("main") == rule and code not in distinct:
             scheduled[index] = mod
             distinct.add(code)
     builds = {key: (build_kernel(mod, device), mod["main"]) for key, mod in scheduled.items()}
-    sch = db.ms_database.query_schedule(workload, target=target, workload_name="main")
+    sch = db.ms_database.query_schedule(module, target=target, workload_name="main")
     if sch is not None:
         tuned = sch.mod["main"].with_attr("target", target)
         builds["tuned"] = (tvm.tirx.build(tvm.IRModule({"main": tuned}), target=target), func)
@@ -513,4 +319,6 @@ def _compare(db, name, func, calls, device, target) -> dict:
             "choices_ms": choices_ms, "rules_version": RULES_VERSION}
 
 
-__all__ = ["KernelChoice", "TuningDatabase", "TuningSummary", "tune_kernels"]
+__all__ = ["BUILDER_TIMEOUT_S", "COMPARE_ROUNDS", "RUNNER_TIMEOUT_S", "TuningSummary",
+           "compare_kernel", "has_symbolic_shape", "is_scheduled", "run_metaschedule",
+           "tune_kernels"]

@@ -7,7 +7,7 @@ and a compute-only probe (two tasks of fused multiply-adds on registers: it doub
 pool's two tasks run one after the other). Rounds are a pause apart, so the table shows this
 machine's two timing states. The padding-per-task rule (docs/design.md) came from this gap.
 
-    python benchmarks/cross_core.py [--kib 64] [--rounds 8]
+    python benchmarks/experiments/cross_core.py [--kib 64] [--rounds 8]
 """
 
 from __future__ import annotations

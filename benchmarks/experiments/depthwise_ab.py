@@ -5,8 +5,9 @@ against the default (B), and optionally (C) the default with the blocked layout 
 (small models too); each model built every way and run in alternating rounds in one process
 (best median of rounds), onnxruntime timed in the same rounds.
 
-    python benchmarks/depthwise_ab.py [--models mobilenet_v2,efficientnet_block]
-                                      [--target-mcpu haswell] [--rounds 5] [--small-blocked]
+    python benchmarks/experiments/depthwise_ab.py [--models mobilenet_v2,efficientnet_block]
+                                                  [--target-mcpu haswell] [--rounds 5]
+                                                  [--small-blocked]
 """
 
 from __future__ import annotations
@@ -14,19 +15,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
-import sys
 from dataclasses import replace
 
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import alternating_best, cpu_devices, suite_case  # noqa: E402
-
-import tvm_hetero as th  # noqa: E402
-from tvm_hetero.devices import host_num_cores  # noqa: E402
-from tvm_hetero.frontend.onnx import FIXES  # noqa: E402
-from tvm_hetero.prepare import PrepareConfig  # noqa: E402
-from tvm_hetero.testing import max_relative_error  # noqa: E402
+import tvm_hetero as th
+from tvm_hetero.devices import host_num_cores
+from tvm_hetero.frontend.onnx import FIXES
+from tvm_hetero.prepare import PrepareConfig
+from tvm_hetero.testing import max_relative_error
+from tvm_hetero.testing.suite import alternating_best, cpu_devices, suite_case
 
 blocked_conv_layout = importlib.import_module("tvm_hetero.prepare.blocked_conv_layout")
 

@@ -4,8 +4,9 @@ configuration for the device set) and run in alternating rounds in one process (
 of rounds), onnxruntime timed in the same rounds; prints the CPU, the target, each variant's
 ms, its ratio to onnxruntime, its error and the kernels each rule scheduled that differ.
 
-    python benchmarks/prepare_ab.py --a grouped_pixels=false [--b ...]
-                                    [--models shufflenet] [--target-mcpu haswell] [--rounds 5]
+    python benchmarks/experiments/prepare_ab.py --a grouped_pixels=false [--b ...]
+                                                [--models shufflenet] [--target-mcpu haswell]
+                                                [--rounds 5]
 """
 
 from __future__ import annotations
@@ -13,18 +14,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
-import sys
 from dataclasses import fields, replace
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_models import SUITE, alternating_best, cpu_devices, suite_case  # noqa: E402
-from model_suite import cpu_name  # noqa: E402
-
-import tvm_hetero as th  # noqa: E402
-from tvm_hetero.devices import host_cpu_name, host_num_cores  # noqa: E402
-from tvm_hetero.prepare import PrepareConfig  # noqa: E402
-from tvm_hetero.testing import max_relative_error  # noqa: E402
+import tvm_hetero as th
+from tvm_hetero.devices import host_cpu_name, host_num_cores
+from tvm_hetero.prepare import PrepareConfig
+from tvm_hetero.testing import max_relative_error
+from tvm_hetero.testing.suite import SUITE, alternating_best, cpu_devices, cpu_name, suite_case
 
 
 def overrides(text: str) -> dict:

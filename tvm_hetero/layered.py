@@ -1,0 +1,87 @@
+"""The layered form of a model (:mod:`tvm_hetero.prepare`: every ``call_tir`` binding of
+``main`` one layer), made once per model and preparation config and kept on the model:
+:func:`layered_module` (every layer in the CPU forms) and :func:`placed_module` (each layer in
+the form of the device a placement puts it on).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ._native import native_log_to_logging
+from .relax_ir import is_layered
+
+logger = logging.getLogger(__name__)
+
+
+@native_log_to_logging()
+def layered_module(model, config=None):
+    """The layered form of a :class:`~tvm_hetero.Model`'s module, every layer in the CPU forms
+    of `config`, computed once per model and preparation config.
+
+    Parameters
+    ----------
+    model : Model
+    config : PrepareConfig, optional
+        The preparation options (by default the host CPU's: ``PrepareConfig.for_host()``);
+        flows that know their device set pass ``PrepareConfig.for_devices(devices)``, so that
+        their layers are those a build for that set has. The layer names are the same for
+        every config (:func:`placed_module`).
+    """
+    from .prepare import PrepareConfig
+
+    if is_layered(model.mod):
+        return model.mod
+    return _layer_forms(model, config or PrepareConfig.for_host()).cpu_form()
+
+
+def _layer_forms(model, config):
+    """The model's :class:`~tvm_hetero.prepare.device_forms.LayerForms` for `config`, kept on
+    the model (``model._layered``, by config)."""
+    from .prepare.device_forms import LayerForms
+
+    cached = model._layered if isinstance(model._layered, dict) else {}
+    if config not in cached:
+        cached[config] = LayerForms(model.mod, config)
+        model._layered = cached
+    return cached[config]
+
+
+@native_log_to_logging()
+def placed_module(model, devices, placement):
+    """The layered form of a model in which each layer has the form of the device `placement`
+    puts it on: on a CPU the forms of ``PrepareConfig.for_devices(devices)`` (the set's widest
+    CPU: channel padding, the blocked layout, Winograd), elsewhere (a GPU) the model's own form.
+    Its layers have the names of :func:`~tvm_hetero.layers.extract_layers` for any device set;
+    the layout transforms between the forms are form kernels that run with the CPU layer they
+    serve.
+
+    Where the forms cannot be mixed with the names kept (a model whose own graph has layout
+    transforms, or one whose fusion the forms change), every layer takes the CPU forms, with
+    one warning.
+
+    Parameters
+    ----------
+    model : Model
+    devices : DeviceSet
+        The whole device set (the CPU forms follow it, not only the devices used).
+    placement : Placement
+    """
+    from .devices import DeviceSet
+    from .prepare import PrepareConfig
+    from .prepare.device_forms import FormsMismatch
+
+    if is_layered(model.mod):
+        return model.mod
+    devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
+    forms = _layer_forms(model, PrepareConfig.for_devices(devices))
+    off_cpu = {name for name, device in placement.assignment.items()
+               if device in devices.names and devices[device].family != "cpu"}
+    try:
+        return forms.placed(off_cpu)
+    except FormsMismatch as err:
+        log = logger.debug if forms.warned else logger.warning
+        forms.warned = True
+        log("%s: every layer runs the CPU forms (their layers do not match the "
+                       "model's own form: %s)", model.name, err)
+        return forms.cpu_form()
