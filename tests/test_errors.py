@@ -1,5 +1,6 @@
-"""The one helper for one-line error text, and the package's import hygiene: no module imports
-a private name of another tvm_hetero module."""
+"""The one helper for one-line error text, and the package's house rules: no module imports a
+private name of another tvm_hetero module, no import circle (function-local imports count), no
+file over 500 lines."""
 
 import ast
 from pathlib import Path
@@ -48,3 +49,56 @@ def _private_imports(path: Path) -> list[str]:
 def test_no_module_imports_a_private_name_of_another():
     found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in _private_imports(path)]
     assert found == []
+
+
+MAX_LINES = 500
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules `path` imports anywhere in it (inside functions too): for ``from
+    X import y`` the module ``X.y`` where that is one, else ``X``."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                found.add(target if target in modules else base)
+    return {module for module in found if module in modules and module != name}
+
+
+def test_no_import_circle_inside_the_package():
+    import networkx as nx
+
+    paths = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(paths)
+    for name, path in paths.items():
+        graph.add_edges_from((name, target) for target in _imported_modules(path, set(paths)))
+    circles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert circles == []
+
+
+def test_the_import_graph_sees_relative_imports():
+    # layers.py imports classify and layered (relative imports)
+    assert _module_name(PACKAGE / "layers.py") == "tvm_hetero.layers"
+    wanted = {"tvm_hetero.layered", "tvm_hetero.classify"}
+    assert _imported_modules(PACKAGE / "layers.py", wanted) == wanted
+
+
+def test_no_package_file_is_over_500_lines():
+    long = {str(path.relative_to(PACKAGE)): n for path in PACKAGE.rglob("*.py")
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert long == {}
