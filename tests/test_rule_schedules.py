@@ -169,8 +169,8 @@ def blocked_depthwise(lanes=16):
                   conv2d_nchwc.depthwise_conv2d_nchwc(x, w, (1, 1), (1, 1, 1, 1), (1, 1)))
 
 
-def winograd_conv():
-    x, w = placeholders((1, 1, 8, 8, 16), (6, 6, 16, 16))  # 2 x 2 tiles of 4 x 4
+def winograd_conv(size=8):
+    x, w = placeholders((1, 1, size, size, 16), (6, 6, 16, 16))  # tiles of 4 x 4
     return kernel(["conv2d"], x, w, winograd.conv2d_nchwc(x, w))
 
 
@@ -335,6 +335,7 @@ DECLINED = [
     (BlockedNCHWc(), lambda: blocked_conv(lanes=8, out_blocks=2)),  # blocks of 8: half a vector
     (DepthwiseNCHWc(), lambda: blocked_depthwise(lanes=8)),  # blocks of 8: half a vector
     (Winograd(), blocked_conv),  # not preparation's Winograd form
+    (Winograd(), lambda: winograd_conv(4)),  # one tile: raised in reorder before
     (DlightRule("gpu", "Matmul"), exponential),  # no matmul
 ]
 

@@ -74,42 +74,50 @@ class Winograd(Rule):
         # reverse_compute_inline does not check that the producer's buffer has no other
         # consumer, so the second block of ``c * sigmoid(c)`` took the producer and left
         # ``c`` unwritten ("Buffer T_add_intermediate is used before its definition").
-        epilogue = blocks[names.index(OUT_BLOCK) + 1:]
-        for block_rv in epilogue[:-1]:
-            sch.compute_inline(block_rv)
-        if epilogue:
-            sch.reverse_compute_inline(epilogue[-1])
-        _, channel_blocks, _, width, channel_lanes = (int(v) for v in
-                                                      sch.get(out).writes[0].source.shape)
-        tile = int(sch.get(stages[0]).writes[0].source.shape[2])
-        tile_cols = -(-width // tile)
-        n, f, y, x, lane = sch.get_loops(out)
-        row, i = sch.split(y, [None, tile])
-        col, j = sch.split(x, [None, tile])
-        sch.reorder(row, f, i, col, j, lane)
-        sch.vectorize(lane)
-        tasks = sch.fuse(n, row)
-        sch.parallel(tasks)
-        for block_rv in stages:
-            sch.compute_at(block_rv, tasks)
-        pad_loops = sch.get_loops(stages[-1])
-        _, pad_lanes = sch.split(pad_loops[-1], [None, channel_lanes])
-        sch.vectorize(pad_lanes)
-        for block_rv in (stages[4], stages[3], stages[1], stages[0]):  # the four transforms
-            loops = sch.get_loops(block_rv)
-            _, vector = sch.split(loops[-1], [None, channel_lanes])
-            sch.unroll(loops[-2])
-            sch.unroll(loops[-3])
-            sch.vectorize(vector)
-        gemm = stages[2]
-        col_, e, n_, k, rc = sch.get_loops(gemm)[-5:]
-        k_blocks, columns = products_tile(channel_blocks, tile_cols,
-                                          max(1, channel_lanes // lanes), registers)
-        col_outer, col_inner = sch.split(col_, [None, columns])
-        k_outer, k_inner, k_lane = sch.split(k, [None, k_blocks, channel_lanes])
-        sch.reorder(e, n_, col_outer, k_outer, rc, col_inner, k_inner, k_lane)
-        sch.unroll(col_inner)
-        sch.unroll(k_inner)
-        sch.vectorize(k_lane)
-        sch.decompose_reduction(gemm, rc)
+        try:
+            _schedule_stages(sch, stages, out, blocks, names, lanes, registers)
+        except s_tir.ScheduleError:
+            return None  # (a single tile row: its loops are no chain to reorder)
         return sch.mod["main"]
+
+
+def _schedule_stages(sch, stages, out, blocks, names, lanes: int, registers: int) -> None:
+    """The schedule of :meth:`Winograd.apply` past its checks (a ScheduleError declines)."""
+    epilogue = blocks[names.index(OUT_BLOCK) + 1:]
+    for block_rv in epilogue[:-1]:
+        sch.compute_inline(block_rv)
+    if epilogue:
+        sch.reverse_compute_inline(epilogue[-1])
+    _, channel_blocks, _, width, channel_lanes = (int(v) for v in
+                                                  sch.get(out).writes[0].source.shape)
+    tile = int(sch.get(stages[0]).writes[0].source.shape[2])
+    tile_cols = -(-width // tile)
+    n, f, y, x, lane = sch.get_loops(out)
+    row, i = sch.split(y, [None, tile])
+    col, j = sch.split(x, [None, tile])
+    sch.reorder(row, f, i, col, j, lane)
+    sch.vectorize(lane)
+    tasks = sch.fuse(n, row)
+    sch.parallel(tasks)
+    for block_rv in stages:
+        sch.compute_at(block_rv, tasks)
+    pad_loops = sch.get_loops(stages[-1])
+    _, pad_lanes = sch.split(pad_loops[-1], [None, channel_lanes])
+    sch.vectorize(pad_lanes)
+    for block_rv in (stages[4], stages[3], stages[1], stages[0]):  # the four transforms
+        loops = sch.get_loops(block_rv)
+        _, vector = sch.split(loops[-1], [None, channel_lanes])
+        sch.unroll(loops[-2])
+        sch.unroll(loops[-3])
+        sch.vectorize(vector)
+    gemm = stages[2]
+    col_, e, n_, k, rc = sch.get_loops(gemm)[-5:]
+    k_blocks, columns = products_tile(channel_blocks, tile_cols,
+                                      max(1, channel_lanes // lanes), registers)
+    col_outer, col_inner = sch.split(col_, [None, columns])
+    k_outer, k_inner, k_lane = sch.split(k, [None, k_blocks, channel_lanes])
+    sch.reorder(e, n_, col_outer, k_outer, rc, col_inner, k_inner, k_lane)
+    sch.unroll(col_inner)
+    sch.unroll(k_inner)
+    sch.vectorize(k_lane)
+    sch.decompose_reduction(gemm, rc)
