@@ -16,7 +16,7 @@ set where kernels first run (see :func:`tvm_hetero.devices.use_every_cpu_thread`
 """
 
 from .annotate import AnnotateDevice
-from .build import CompiledModel, LatencySummary, build, load, time_function
+from .build import build
 from .database import Database
 from .devices import Device, DeviceSet, parse_device, parse_size
 from .errors import (BuildError, DeviceError, HeteroError, InputError, ModelError,
@@ -31,6 +31,7 @@ from .placement import Placement
 from .prepare import PrepareConfig, prepare
 from .profiles import Profile, profile_model
 from .report import write_report
+from .runtime import CompiledModel, LatencySummary, load, time_function
 from .search import STRATEGIES, TuneResult, candidates, tune
 from .status import DeviceStatus, TaskWeights, probe
 from .zoo import ZOO, zoo_model

@@ -267,8 +267,8 @@ def _measure_remote(lib_path, host, port, key, priority, session_timeout_s, inpu
     from tvm import relax
 
     from ..annotate import WEIGHTS_FUNC
-    from ..build import META_FORMAT, META_FUNC, match_inputs
     from ..frontend import InputSpec
+    from ..runtime import META_FORMAT, META_FUNC, match_inputs
     from ..verify import outputs_match
 
     with np.load(inputs_file, allow_pickle=False) as data:

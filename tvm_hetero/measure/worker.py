@@ -64,8 +64,8 @@ def run_candidate(lib_path: str, devices_json: list, inputs_file: str, reference
 
     When the checking call alone took longer than `slow_ms`, the candidate is timed by one
     more call instead of `warmup` + `repeat` measurements (``"screened": True``)."""
-    from ..build import load
     from ..devices import DeviceSet
+    from ..runtime import load
     from ..verify import outputs_match
 
     _quiet_worker_logs()
@@ -95,8 +95,8 @@ def retime_candidates(lib_paths: list[str], devices_json: list, inputs_file: str
     """Load several built libraries into this one process, check each against the reference,
     then time them alternately: each round times every candidate once (one measurement of at
     least `min_repeat_ms`), so that a slow spell of the machine falls on all of them."""
-    from ..build import load
     from ..devices import DeviceSet
+    from ..runtime import load
     from ..verify import outputs_match
 
     _quiet_worker_logs()

@@ -103,7 +103,7 @@ def run_plain_tvm(case_dir: str) -> tuple[str, str]:
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from tvm_hetero.build import _to_numpy
+    from tvm_hetero.runtime import to_numpy
     from tvm_hetero.testing import onnx_case
 
     model_proto, inputs, want = onnx_case(case_dir)
@@ -125,7 +125,7 @@ def run_plain_tvm(case_dir: str) -> tuple[str, str]:
         names = [p.name for p in mod["main"].params]
         by_name = {relax_name: value for relax_name, value in zip(names, inputs.values())}
         args = [tvm.runtime.tensor(by_name[n], tvm.cpu()) for n in names]
-        got = _to_numpy(vm["main"](*args))
+        got = to_numpy(vm["main"](*args))
     except Exception as err:
         return "run", _one_line(err)
     problem = compare(got, want)

@@ -122,9 +122,3 @@ def _bool_cast_as_select(expr):
         dtype = str(expr.ty)
         return tirx.Select(expr.value, tirx.const(1.0, dtype), tirx.const(0.0, dtype))
     return expr
-
-
-def without_exp(func):
-    """`func` with only ``erf``, ``tanh`` and ``pow`` rewritten (:func:`fast_math` before
-    ``exp`` and ``sigmoid`` joined it)."""
-    return fast_math(func, exp_and_sigmoid=False)

@@ -1,0 +1,111 @@
+"""The commands that look without building: ``inspect`` (a model's layers), ``devices`` (each
+device probed), ``optimizations`` (the optimization table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..devices import DeviceSet
+from ..frontend import Model
+from ..layer_table import layers_table
+from ..layers import Layer
+from .common import as_model, device_set, layers_for
+
+
+# -- inspect -----------------------------------------------------------------------------------
+
+@dataclass
+class ModelLayers:
+    """A model and its operator-level layers (what ``tvm-hetero inspect`` shows)."""
+
+    model: Model
+    layers: list[Layer]
+
+    def table(self) -> str:
+        """The layers as a text table."""
+        return layers_table(self.layers)
+
+    def to_json(self) -> dict[str, Any]:
+        """The model's name and inputs, and every layer's fields."""
+        return {
+            "model": self.model.name,
+            "inputs": [spec.to_json() for spec in self.model.inputs],
+            "layers": [{"name": layer.name, "kind": layer.kind, "ops": layer.op_kinds,
+                        "flops": layer.flops, "param_bytes": layer.param_bytes,
+                        "activation_bytes_in": layer.activation_bytes_in,
+                        "activation_bytes_out": layer.activation_bytes_out,
+                        "outputs": [list(t.shape) for t in layer.outputs],
+                        "predecessors": layer.predecessors, "model_inputs": layer.model_inputs}
+                       for layer in self.layers],
+        }
+
+
+def inspect_model(model: Any, devices: DeviceSet | Sequence[str] | None = None, *,
+                  input_shapes: dict[str, tuple[int, ...]] | None = None) -> ModelLayers:
+    """The operator-level layers of a model, as a build for `devices` has them.
+
+    Parameters
+    ----------
+    model : Model, str or anything :func:`~tvm_hetero.load_model` accepts
+    devices : DeviceSet or list of str, optional
+        The devices whose preparation (vector lanes, blocked layout) the layers follow
+        (default: ``["cpu"]``, the host CPU).
+    input_shapes : dict of str to tuple of int, optional
+        Static shapes for dynamic inputs.
+
+    Returns
+    -------
+    ModelLayers
+    """
+    devices = device_set(devices or ["cpu"])
+    loaded = as_model(model, input_shapes)
+    return ModelLayers(loaded, layers_for(loaded, devices))
+
+
+# -- devices -----------------------------------------------------------------------------------
+
+def device_status(devices: DeviceSet | Sequence[str], *, model: Any = None,
+                  memory: dict[str, str | int] | None = None,
+                  input_shapes: dict[str, tuple[int, ...]] | None = None):
+    """Probe each device: compute rate, memory, copy bandwidth, and a score weighted for a
+    model (equal weights without one).
+
+    Parameters
+    ----------
+    devices : DeviceSet or list of str
+    model : optional
+        The model to weight the score for; its layers are those of a build for `devices`.
+    memory : dict of str to str or int, optional
+        Memory caps by device name.
+    input_shapes : dict of str to tuple of int, optional
+
+    Returns
+    -------
+    tuple of (DeviceSet, TaskWeights, list of DeviceStatus)
+        The devices, the weights, one status per device.
+    """
+    from ..status import TaskWeights, probe
+
+    devices = device_set(devices, memory)
+    weights = TaskWeights.equal()
+    if model is not None:
+        weights = TaskWeights.for_layers(layers_for(as_model(model, input_shapes), devices))
+    return devices, weights, probe(devices, weights)
+
+
+# -- optimizations -----------------------------------------------------------------------------
+
+def optimization_table() -> list[tuple[str, str, list[str]]]:
+    """The optimization table: (device family, layer kind, rule names in the order tried)."""
+    from ..optimize import table_rows
+
+    return table_rows()
+
+
+def optimization_rules() -> dict[str, str]:
+    """Every rule of the table, by name: its description."""
+    from ..optimize import rules_for
+
+    return {rule.name: rule.description for family, kind, _ in optimization_table()
+            for rule in rules_for(family, kind)}
