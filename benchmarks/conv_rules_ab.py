@@ -17,7 +17,7 @@ from tvm_hetero.devices import host_num_cores
 from tvm_hetero.optimize import RuleTable, default_table
 from tvm_hetero.optimize.cpu import DepthwiseRows
 from tvm_hetero.testing import max_relative_error
-from tvm_hetero.testing.suite import alternating_best, cpu_devices, suite_case
+from tvm_hetero.testing.suite import add_ab_args, alternating_best, cpu_devices, suite_case
 
 MODELS = "mobilenet_v2,efficientnet_block,mobilenet_v3_block,shufflenet"
 
@@ -33,10 +33,7 @@ def build(model, spec_devices, rules: RuleTable):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=MODELS)
-    parser.add_argument("--target-mcpu")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--repeat", type=int, default=5)
+    add_ab_args(parser, MODELS)
     args = parser.parse_args()
     threads = host_num_cores()
     devices = cpu_devices(args.target_mcpu, threads)

@@ -248,53 +248,26 @@ def _(d, s):
 # devices
 
 
-@bad_input("device-unknown", "unknown device 'tpu'")
-def _(d, s):
-    return ["compile", "zoo:mlp", "-d", "tpu", "-p", "all:tpu", "-o", str(d / "m.so")]
-
-
-@bad_input("device-bad-index", "unknown device 'cpu:x'")
-def _(d, s):
-    return ["compile", "zoo:mlp", "-d", "cpu:x", "-p", "all:cpu", "-o", str(d / "m.so")]
-
-
-@bad_input("device-arch-on-cpu", "only cuda takes an @arch")
-def _(d, s):
-    return ["compile", "zoo:mlp", "-d", "cpu@sm_80", "-p", "all:cpu", "-o", str(d / "m.so")]
-
-
-@bad_input("device-bad-name", "invalid device name 'my dev'")
-def _(d, s):
-    return ["compile", "zoo:mlp", "-d", "my dev=cpu", "-p", "all:cpu", "-o", str(d / "m.so")]
-
-
-@bad_input("device-repeated", "device names must be unique")
-def _(d, s):
-    return ["compile", "zoo:mlp", "-d", "cpu", "-d", "cpu", "-p", "all:cpu", "-o",
-            str(d / "m.so")]
-
-
-@bad_input("device-json-malformed", "is not valid JSON")
-def _(d, s):
-    return ["compile", "zoo:mlp", "-d", '{"kind": llvm', "-p", "all:cpu", "-o", str(d / "m.so")]
-
-
-@bad_input("device-json-unknown-kind", "unknown target kind 'nosuchkind'")
-def _(d, s):
-    return ["compile", "zoo:mlp", "-d", 'x={"kind": "nosuchkind"}', "-p", "all:x", "-o",
-            str(d / "m.so")]
-
-
-@bad_input("device-json-unknown-option", "invalid TVM target", "bogus_option")
-def _(d, s):
-    return ["compile", "zoo:mlp", "-d", 'x={"kind": "llvm", "bogus_option": 1}', "-p", "all:x",
-            "-o", str(d / "m.so")]
-
-
-@bad_input("device-json-unknown-mcpu", "nosuchcpu")
-def _(d, s):
-    return ["compile", "zoo:mlp", "-d", 'x={"kind": "llvm", "mcpu": "nosuchcpu"}', "-p",
-            "all:x", "-o", str(d / "m.so")]
+# (case, devices given, placement, expected): zoo:mlp compiled with one -d per device
+DEVICE_CASES = [
+    ("device-unknown", ["tpu"], "all:tpu", ["unknown device 'tpu'"]),
+    ("device-bad-index", ["cpu:x"], "all:cpu", ["unknown device 'cpu:x'"]),
+    ("device-arch-on-cpu", ["cpu@sm_80"], "all:cpu", ["only cuda takes an @arch"]),
+    ("device-bad-name", ["my dev=cpu"], "all:cpu", ["invalid device name 'my dev'"]),
+    ("device-repeated", ["cpu", "cpu"], "all:cpu", ["device names must be unique"]),
+    ("device-json-malformed", ['{"kind": llvm'], "all:cpu", ["is not valid JSON"]),
+    ("device-json-unknown-kind", ['x={"kind": "nosuchkind"}'], "all:x",
+     ["unknown target kind 'nosuchkind'"]),
+    ("device-json-unknown-option", ['x={"kind": "llvm", "bogus_option": 1}'], "all:x",
+     ["invalid TVM target", "bogus_option"]),
+    ("device-json-unknown-mcpu", ['x={"kind": "llvm", "mcpu": "nosuchcpu"}'], "all:x",
+     ["nosuchcpu"]),
+]
+for _name, _devices, _placement, _expect in DEVICE_CASES:
+    bad_input(_name, *_expect)(
+        lambda d, s, devices=_devices, placement=_placement: [
+            "compile", "zoo:mlp", *[a for dev in devices for a in ("-d", dev)], "-p", placement,
+            "-o", str(d / "m.so")])
 
 
 @bad_input("cuda-run-without-gpu", "contains cuda code", "no driver or GPU")
@@ -314,24 +287,16 @@ def _(d, s):
 # memory sizes
 
 
-@bad_input("memory-unknown-unit", "invalid memory size '12XB'")
-def _(d, s):
-    return _compile("zoo:mlp", "all:cpu", str(d / "m.so"), "--memory", "cpu=12XB")
-
-
-@bad_input("memory-negative", "invalid memory size '-5MiB'")
-def _(d, s):
-    return _compile("zoo:mlp", "all:cpu", str(d / "m.so"), "--memory", "cpu=-5MiB")
-
-
-@bad_input("memory-no-size", "invalid --memory 'cpu='")
-def _(d, s):
-    return _compile("zoo:mlp", "all:cpu", str(d / "m.so"), "--memory", "cpu=")
-
-
-@bad_input("memory-unknown-device", "memory cap for unknown device(s): gpu")
-def _(d, s):
-    return _compile("zoo:mlp", "all:cpu", str(d / "m.so"), "--memory", "gpu=1GiB")
+# (case, --memory, expected)
+MEMORY_CASES = [
+    ("memory-unknown-unit", "cpu=12XB", "invalid memory size '12XB'"),
+    ("memory-negative", "cpu=-5MiB", "invalid memory size '-5MiB'"),
+    ("memory-no-size", "cpu=", "invalid --memory 'cpu='"),
+    ("memory-unknown-device", "gpu=1GiB", "memory cap for unknown device(s): gpu"),
+]
+for _name, _memory, _expect in MEMORY_CASES:
+    bad_input(_name, _expect)(lambda d, s, memory=_memory: _compile(
+        "zoo:mlp", "all:cpu", str(d / "m.so"), "--memory", memory))
 
 
 @bad_input("memory-devices-command", "invalid memory size '1.5.5GB'")
@@ -343,41 +308,35 @@ def _(d, s):
 # placement files
 
 
-@bad_input("placement-malformed-json", "not valid JSON")
-def _(d, s):
-    (d / "p.json").write_text('{"placement": {"matmul_0": "cpu",')
-    return _compile("zoo:mlp", str(d / "p.json"), str(d / "m.so"))
+# (case, the placement file's text, expected)
+PLACEMENT_FILES = [
+    ("placement-malformed-json", '{"placement": {"matmul_0": "cpu",', "not valid JSON"),
+    ("placement-empty-file", "", "not valid JSON"),
+    ("placement-empty-object", "{}", "the placement is empty"),
+    ("placement-empty-placement", json.dumps({"format": "tvm_hetero.placement", "version": 1,
+                                              "placement": {}}), "the placement is empty"),
+    ("placement-not-an-object", '["matmul_0", "cpu"]', "expected a JSON object"),
+    ("placement-non-string-device", json.dumps({"placement": {"matmul_0": 0}}),
+     "must map layer names to device names"),
+    ("placement-newer-version", json.dumps({"format": "tvm_hetero.placement", "version": 99,
+                                            "placement": {"matmul_0": "cpu"}}),
+     "newer than this tvm_hetero reads"),
+    ("placement-missing-layers", json.dumps({"matmul_0": "cpu"}), "missing 2 layer(s)"),
+]
 
 
-@bad_input("placement-empty-file", "not valid JSON")
-def _(d, s):
-    (d / "p.json").write_text("")
-    return _compile("zoo:mlp", str(d / "p.json"), str(d / "m.so"))
+def _placement_file(text: str):
+    """A case's setup: compile zoo:mlp with a placement file holding `text`."""
+
+    def setup(d, s):
+        (d / "p.json").write_text(text)
+        return _compile("zoo:mlp", str(d / "p.json"), str(d / "m.so"))
+
+    return setup
 
 
-@bad_input("placement-empty-object", "the placement is empty")
-def _(d, s):
-    (d / "p.json").write_text("{}")
-    return _compile("zoo:mlp", str(d / "p.json"), str(d / "m.so"))
-
-
-@bad_input("placement-empty-placement", "the placement is empty")
-def _(d, s):
-    (d / "p.json").write_text(json.dumps({"format": "tvm_hetero.placement", "version": 1,
-                                          "placement": {}}))
-    return _compile("zoo:mlp", str(d / "p.json"), str(d / "m.so"))
-
-
-@bad_input("placement-not-an-object", "expected a JSON object")
-def _(d, s):
-    (d / "p.json").write_text('["matmul_0", "cpu"]')
-    return _compile("zoo:mlp", str(d / "p.json"), str(d / "m.so"))
-
-
-@bad_input("placement-non-string-device", "must map layer names to device names")
-def _(d, s):
-    (d / "p.json").write_text(json.dumps({"placement": {"matmul_0": 0}}))
-    return _compile("zoo:mlp", str(d / "p.json"), str(d / "m.so"))
+for _name, _text, _expect in PLACEMENT_FILES:
+    bad_input(_name, _expect)(_placement_file(_text))
 
 
 @bad_input("placement-other-format", "format is 'tvm_hetero.record'")
@@ -386,23 +345,10 @@ def _(d, s):
     return _compile("zoo:mlp", str(d / "p.json"), str(d / "m.so"))
 
 
-@bad_input("placement-newer-version", "newer than this tvm_hetero reads")
-def _(d, s):
-    (d / "p.json").write_text(json.dumps({"format": "tvm_hetero.placement", "version": 99,
-                                          "placement": {"matmul_0": "cpu"}}))
-    return _compile("zoo:mlp", str(d / "p.json"), str(d / "m.so"))
-
-
 @bad_input("placement-other-model", "unknown layer(s): conv2d_0")
 def _(d, s):
     cnn_layers = th.extract_layers(zoo("cnn"))
     th.Placement.all_on(cnn_layers, "cpu", model="cnn").save(d / "p.json", DEVICES)
-    return _compile("zoo:mlp", str(d / "p.json"), str(d / "m.so"))
-
-
-@bad_input("placement-missing-layers", "missing 2 layer(s)")
-def _(d, s):
-    (d / "p.json").write_text(json.dumps({"matmul_0": "cpu"}))
     return _compile("zoo:mlp", str(d / "p.json"), str(d / "m.so"))
 
 
@@ -425,24 +371,32 @@ def _(d, s):
 # records files (compile --records)
 
 
-
-# (before 32e235f these two were internal errors: AttributeError on `data.get` of a list/str)
-@bad_input("records-non-object-line", "no usable record")
-def _(d, s):
-    (d / "r.jsonl").write_text("[1, 2, 3]\n")
-    return _compile_records(d / "r.jsonl", d / "m.so")
-
-
-@bad_input("records-string-line", "no usable record")
-def _(d, s):
-    (d / "r.jsonl").write_text('"hello"\n')
-    return _compile_records(d / "r.jsonl", d / "m.so")
+# (case, the records file's contents, expected); before 32e235f the first two were internal
+# errors: AttributeError on `data.get` of a list/str
+RECORDS_FILES = [
+    ("records-non-object-line", "[1, 2, 3]\n", ["no usable record"]),
+    ("records-string-line", '"hello"\n', ["no usable record"]),
+    ("records-not-json", "this is\nnot a records\nfile\n", ["no usable record"]),
+    ("records-binary-file", bytes(range(256)) * 4, ["cannot read records file"]),
+    ("records-empty-file", "", ["no usable record", "holds no readable record"]),
+]
 
 
-@bad_input("records-not-json", "no usable record")
-def _(d, s):
-    (d / "r.jsonl").write_text("this is\nnot a records\nfile\n")
-    return _compile_records(d / "r.jsonl", d / "m.so")
+def _records_file(contents: str | bytes):
+    """A case's setup: compile zoo:mlp with --records of a file holding `contents`."""
+
+    def setup(d, s):
+        if isinstance(contents, bytes):
+            (d / "r.jsonl").write_bytes(contents)
+        else:
+            (d / "r.jsonl").write_text(contents)
+        return _compile_records(d / "r.jsonl", d / "m.so")
+
+    return setup
+
+
+for _name, _contents, _expect in RECORDS_FILES:
+    bad_input(_name, *_expect)(_records_file(_contents))
 
 
 @bad_input("records-truncated-line", "no usable record")
@@ -457,18 +411,6 @@ def _(d, s):
     record = s.record_line()
     record["result"]["latencies_ms"] = "fast"
     (d / "r.jsonl").write_text(json.dumps(record) + "\n")
-    return _compile_records(d / "r.jsonl", d / "m.so")
-
-
-@bad_input("records-binary-file", "cannot read records file")
-def _(d, s):
-    (d / "r.jsonl").write_bytes(bytes(range(256)) * 4)
-    return _compile_records(d / "r.jsonl", d / "m.so")
-
-
-@bad_input("records-empty-file", "no usable record", "holds no readable record")
-def _(d, s):
-    (d / "r.jsonl").write_text("")
     return _compile_records(d / "r.jsonl", d / "m.so")
 
 

@@ -205,30 +205,27 @@ def test_tiled_declines_a_weight_it_would_gather():
 
     from tvm_hetero.optimize.cpu import Tiled
 
-    @T.prim_func(private=True, s_tir=True)
-    def dense_nt(x: T.Buffer((8, 64), "float32"), w: T.Buffer((32, 64), "float32"),
+    def dense(weight_transposed: bool):
+        w_shape = (32, 64) if weight_transposed else (64, 32)
+
+        @T.prim_func(private=True, s_tir=True)
+        def func(x: T.Buffer((8, 64), "float32"), w: T.Buffer(w_shape, "float32"),
                  y: T.Buffer((8, 32), "float32")):
-        for i, j, k in T.grid(8, 32, 64):
-            with T.sblock("dense"):
-                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-                with T.init():
-                    y[vi, vj] = T.float32(0)
-                y[vi, vj] = y[vi, vj] + x[vi, vk] * w[vj, vk]
+            for i, j, k in T.grid(8, 32, 64):
+                with T.sblock("dense"):
+                    vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                    with T.init():
+                        y[vi, vj] = T.float32(0)
+                    if weight_transposed:  # a Python bool: TVMScript keeps one branch
+                        y[vi, vj] = y[vi, vj] + x[vi, vk] * w[vj, vk]
+                    else:
+                        y[vi, vj] = y[vi, vj] + x[vi, vk] * w[vk, vj]
+
+        return func
 
     target = tvm.target.Target({"kind": "llvm"})
-    assert Tiled().apply(dense_nt, target) is None  # lanes along j would stride through w
-
-    @T.prim_func(private=True, s_tir=True)
-    def dense_nn(x: T.Buffer((8, 64), "float32"), w: T.Buffer((64, 32), "float32"),
-                 y: T.Buffer((8, 32), "float32")):
-        for i, j, k in T.grid(8, 32, 64):
-            with T.sblock("dense"):
-                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-                with T.init():
-                    y[vi, vj] = T.float32(0)
-                y[vi, vj] = y[vi, vj] + x[vi, vk] * w[vk, vj]
-
-    assert "T.vectorized" in Tiled().apply(dense_nn, target).script()
+    assert Tiled().apply(dense(True), target) is None  # lanes along j would stride through w
+    assert "T.vectorized" in Tiled().apply(dense(False), target).script()
 
 
 def test_weights_lifted_to_a_second_device_are_packed_once_when_the_model_loads(cpu_devices):

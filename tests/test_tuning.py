@@ -263,11 +263,13 @@ def test_the_comparison_alternates_and_keeps_the_best_of_each(tuned_db, tmp_path
         assert choice.choices_ms is None or math.isclose(choice.choices_ms, 3.0 - lowest)
 
 
-def test_winograd_kernels_keep_their_rule_and_are_not_tuned(tmp_path, monkeypatch):
+def _fake_tuning(monkeypatch):
+    """MetaSchedule and the timing of kernels faked: ``(kernels sent to MetaSchedule, kernels
+    timed)``, lists the tune appends to; every kernel keeps the rule at 1 ms."""
     from tvm_hetero.optimize import RULES_VERSION
     from tvm_hetero.optimize.metaschedule import tuner
 
-    sent, compared = [], []  # what would go to MetaSchedule, what would be timed
+    sent, compared = [], []
     monkeypatch.setattr(tuner, "run_metaschedule",
                         lambda kernels, *args: sent.extend(name for name, _, _ in kernels) or 0)
 
@@ -278,6 +280,11 @@ def test_winograd_kernels_keep_their_rule_and_are_not_tuned(tmp_path, monkeypatc
                 "rules_version": RULES_VERSION}
 
     monkeypatch.setattr(tuner, "compare_kernel", fake_compare)
+    return sent, compared
+
+
+def test_winograd_kernels_keep_their_rule_and_are_not_tuned(tmp_path, monkeypatch):
+    sent, compared = _fake_tuning(monkeypatch)
     model = zoo("cnn")  # its 16 -> 32 channel 3x3 convolution is Winograd
     kernels = {layer.func_name for layer in th.extract_layers(model)}
     summary = tune_kernels(model, "all:cpu", th.DeviceSet.parse(["cpu"]), trials=8,
@@ -484,7 +491,6 @@ def _embedding_model():
 def test_kernels_written_scheduled_are_not_tuned_and_unsearchable_ones_keep_their_rule(
         tmp_path, monkeypatch):
     from tvm_hetero.layered import layered_module
-    from tvm_hetero.optimize import RULES_VERSION
     from tvm_hetero.optimize.metaschedule import tuner
 
     model = _embedding_model()
@@ -499,17 +505,7 @@ def test_kernels_written_scheduled_are_not_tuned_and_unsearchable_ones_keep_thei
     (guard,) = guards
     assert tuner.run_metaschedule([(guard, funcs[guard], 1)], target, 8, 8, 0,
                                   KernelTuningDatabase(tmp_path / "alone"), 2) == 1
-    sent, compared = [], []
-    monkeypatch.setattr(tuner, "run_metaschedule",
-                        lambda kernels, *args: sent.extend(name for name, _, _ in kernels) or 0)
-
-    def fake_compare(db, name, func, calls, device, target, rules):
-        compared.append(name)
-        return {"name": name, "device": device.name, "target": str(target), "trials": 0,
-                "tuned_ms": None, "rule_ms": 1.0, "rule": "tiled",
-                "rules_version": RULES_VERSION}
-
-    monkeypatch.setattr(tuner, "compare_kernel", fake_compare)
+    sent, compared = _fake_tuning(monkeypatch)
     summary = tune_kernels(model, "all:cpu", th.DeviceSet.parse(["cpu"]), trials=8,
                            database=str(tmp_path / "db"))
     assert summary.as_written == 1

@@ -22,7 +22,7 @@ from tvm_hetero.devices import host_num_cores
 from tvm_hetero.frontend.onnx import FIXES
 from tvm_hetero.prepare import PrepareConfig
 from tvm_hetero.testing import max_relative_error
-from tvm_hetero.testing.suite import alternating_best, cpu_devices, suite_case
+from tvm_hetero.testing.suite import add_ab_args, alternating_best, cpu_devices, suite_case
 
 blocked_conv_layout = importlib.import_module("tvm_hetero.prepare.blocked_conv_layout")
 
@@ -52,10 +52,7 @@ def build_with(proto, name, devices, previous: bool, **overrides):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=MODELS)
-    parser.add_argument("--target-mcpu")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--repeat", type=int, default=5)
+    add_ab_args(parser, MODELS)
     parser.add_argument("--small-blocked", action="store_true",
                         help="also C: the default with blocked_min_model_flops=0")
     args = parser.parse_args()

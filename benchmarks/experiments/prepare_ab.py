@@ -20,7 +20,8 @@ import tvm_hetero as th
 from tvm_hetero.devices import host_cpu_name, host_num_cores
 from tvm_hetero.prepare import PrepareConfig
 from tvm_hetero.testing import max_relative_error
-from tvm_hetero.testing.suite import SUITE, alternating_best, cpu_devices, cpu_name, suite_case
+from tvm_hetero.testing.suite import (SUITE, add_ab_args, alternating_best, cpu_devices, cpu_name,
+                                      suite_case)
 
 
 def overrides(text: str) -> dict:
@@ -63,10 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--a", required=True, help="A's PrepareConfig fields: name=value,...")
     parser.add_argument("--b", default="", help="B's fields (default: none)")
-    parser.add_argument("--models", default="shufflenet")
-    parser.add_argument("--target-mcpu")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--repeat", type=int, default=5)
+    add_ab_args(parser, "shufflenet")
     args = parser.parse_args()
     variants = {"A": overrides(args.a), "B": overrides(args.b)}
     unknown = [m for m in args.models.split(",") if m and m not in SUITE]

@@ -10,6 +10,8 @@ rtol 1e-3 / atol 1e-7, the onnx backend tests' own tolerance), timeout, crash (t
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import zlib
 
@@ -59,77 +61,82 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {error_message(err)}"[:300]
 
 
-def _tensor_inputs(inputs: dict) -> dict[str, np.ndarray] | str:
-    for name, value in inputs.items():
-        if not isinstance(value, np.ndarray):
-            return f"input {name!r} is a {type(value).__name__}, not a tensor"
-    return inputs
+class _Failed(Exception):
+    """A case path's stage raised: the verdict (the stage) and the error's line."""
 
 
-def run_ours(case_dir: str) -> tuple[str, str]:
+@contextlib.contextmanager
+def _stage(verdict: str):
+    try:
+        yield
+    except Exception as err:
+        raise _Failed(verdict, _one_line(err)) from None
+
+
+def _case_path(run):
+    """A case path ``case_dir -> (verdict, detail)`` from ``run(case_dir, model_proto, inputs)``,
+    which returns the outputs and marks its stages with :func:`_stage`: the case is loaded (an
+    input that is not a tensor is an ``import`` verdict) and the outputs compared."""
+
+    @functools.wraps(run)
+    def path(case_dir: str) -> tuple[str, str]:
+        from tvm_hetero.testing import onnx_case
+
+        model_proto, inputs, want = onnx_case(case_dir)
+        for name, value in inputs.items():
+            if not isinstance(value, np.ndarray):
+                return "import", f"input {name!r} is a {type(value).__name__}, not a tensor"
+        try:
+            got = run(case_dir, model_proto, inputs)
+        except _Failed as failed:
+            return failed.args
+        problem = compare(got, want)
+        return ("mismatch", problem) if problem else ("pass", "")
+
+    return path
+
+
+@_case_path
+def run_ours(case_dir: str, model_proto, inputs: dict):
     """tvm_hetero's path: load_model, a random two-device placement, build, run, compare."""
     import tvm_hetero as th
-    from tvm_hetero.testing import onnx_case, random_placement
+    from tvm_hetero.testing import random_placement
 
-    model_proto, inputs, want = onnx_case(case_dir)
-    inputs = _tensor_inputs(inputs)
-    if isinstance(inputs, str):
-        return "import", inputs
-    try:
+    with _stage("import"):
         model = th.load_model(model_proto, name=os.path.basename(case_dir),
                               input_shapes={k: v.shape for k, v in inputs.items()})
-    except Exception as err:
-        return "import", _one_line(err)
     rng = np.random.default_rng(zlib.crc32(case_dir.encode()))
-    try:
+    with _stage("build"):
         layers = th.extract_layers(model)
         placement = random_placement(layers, list(DEVICES), rng)
         order = list(DEVICES) if rng.integers(2) else list(DEVICES[::-1])
         compiled = th.build(model, placement, order)
-    except Exception as err:
-        return "build", _one_line(err)
-    try:
-        got = compiled.run({spec.name: inputs[spec.source_name or spec.name]
-                            for spec in model.inputs})
-    except Exception as err:
-        return "run", _one_line(err)
-    problem = compare(got, want)
-    return ("mismatch", problem) if problem else ("pass", "")
+    with _stage("run"):
+        return compiled.run({spec.name: inputs[spec.source_name or spec.name]
+                             for spec in model.inputs})
 
 
-def run_plain_tvm(case_dir: str) -> tuple[str, str]:
+@_case_path
+def run_plain_tvm(case_dir: str, model_proto, inputs: dict):
     """Plain TVM: from_onnx + tvm.compile for llvm, run on the CPU, compare."""
     import tvm
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
     from tvm_hetero.runtime import to_numpy
-    from tvm_hetero.testing import onnx_case
 
-    model_proto, inputs, want = onnx_case(case_dir)
-    inputs = _tensor_inputs(inputs)
-    if isinstance(inputs, str):
-        return "import", inputs
-    try:
+    with _stage("import"):
         mod = from_onnx(model_proto, shape_dict={k: list(v.shape) for k, v in inputs.items()},
                         dtype_dict={k: str(v.dtype) for k, v in inputs.items()},
                         keep_params_in_input=False)
-    except Exception as err:
-        return "import", _one_line(err)
-    try:
+    with _stage("build"):
         executable = tvm.compile(mod, target="llvm")
         vm = relax.VirtualMachine(executable, tvm.cpu())
-    except Exception as err:
-        return "build", _one_line(err)
-    try:
+    with _stage("run"):
         names = [p.name for p in mod["main"].params]
         by_name = {relax_name: value for relax_name, value in zip(names, inputs.values())}
         args = [tvm.runtime.tensor(by_name[n], tvm.cpu()) for n in names]
-        got = to_numpy(vm["main"](*args))
-    except Exception as err:
-        return "run", _one_line(err)
-    problem = compare(got, want)
-    return ("mismatch", problem) if problem else ("pass", "")
+        return to_numpy(vm["main"](*args))
 
 
 def run_cases(case_dirs: list[str], workers: int, timeout_s: float, progress=None) -> dict:

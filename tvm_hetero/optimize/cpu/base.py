@@ -159,25 +159,78 @@ def schedule_one_reduction(func, kind: str):
     return None if found is None else (sch, *found)
 
 
+def static_conv(func, loop_count: int):
+    """The kernel's one convolution block when it has `loop_count` loops, all of static extent,
+    and writes one float32 buffer.
+
+    Parameters
+    ----------
+    func : tvm.tirx.PrimFunc
+        The kernel.
+    loop_count : int
+        The number of loops around the convolution block.
+
+    Returns
+    -------
+    tuple or None
+        ``(schedule, root blocks, index of the convolution block, its loops, its output
+        buffer)``, or None for any other kernel.
+    """
+    found = schedule_one_reduction(func, "conv2d")
+    if found is None:
+        return None
+    sch, blocks, main_index = found
+    conv = blocks[main_index]
+    writes = sch.get(conv).writes
+    out = writes[0].source if len(writes) == 1 else None
+    loops = sch.get_loops(conv)
+    if out is None or str(out.dtype) != "float32" or len(loops) != loop_count \
+            or any(loop_extent(sch, lp) is None for lp in loops):
+        return None
+    return sch, blocks, main_index, loops, out
+
+
+def schedule_inlined(func):
+    """A schedule of `func` with its blocks normalized and what dlight's ``try_inline`` can
+    inline inlined.
+
+    Parameters
+    ----------
+    func : tvm.tirx.PrimFunc
+        The kernel.
+
+    Returns
+    -------
+    tuple or None
+        ``(schedule, block infos left)``, or None where ``normalize_prim_func`` cannot describe
+        the kernel.
+    """
+    from tvm import s_tir
+    from tvm.s_tir.dlight.analysis import normalize_prim_func
+    from tvm.s_tir.dlight.base.common_schedules import try_inline
+
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    if infos is None:
+        return None
+    return sch, try_inline(sch, infos)
+
+
 def blocked_conv_start(func, target, loop_count: int, block_name: str | None = None):
     """The start the blocked-layout (NCHW[x]c) convolution rules share: the kernel's one
     convolution block (named `block_name` where given) with `loop_count` static loops, a
     float32 5-D output whose innermost axis is one vector of the `target`; identity padding
     inlined, the accumulator cached in ``local`` and the epilogue inlined but its last block.
     Returns ``(schedule, convolution block, prologue left, tail)`` or None."""
-    found = schedule_one_reduction(func, "conv2d")
+    found = static_conv(func, loop_count)
     if found is None:
         return None
     lanes, _ = vector_lanes(target)
-    sch, blocks, main_index = found
+    sch, blocks, main_index, loops, out = found
     conv = blocks[main_index]
     block = sch.get(conv)
-    out = block.writes[0].source if len(block.writes) == 1 else None
-    loops = sch.get_loops(conv)
-    if (block_name is not None and block.name_hint != block_name) or out is None \
-            or len(block.iter_vars) != loop_count or len(loops) != loop_count \
-            or len(out.shape) != 5 or str(out.dtype) != "float32" \
-            or any(loop_extent(sch, lp) is None for lp in loops) \
+    if (block_name is not None and block.name_hint != block_name) \
+            or len(block.iter_vars) != loop_count or len(out.shape) != 5 \
             or loop_extent(sch, loops[4]) != lanes:
         return None
     prologue = inline_identity_copies(sch, blocks[:main_index])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ...classify import op_kinds
 from ..rule import Rule
-from .base import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent
+from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent,
+                   schedule_inlined)
 
 class ConcatCopies(Rule):
     """The ``concat-copies`` rule: concatenations: the concatenation axis partitioned where each
@@ -28,19 +29,16 @@ class ConcatCopies(Rule):
         64 x 55 x 55 inputs: 0.16 -> 0.07 ms (2 threads), the smaller ones 2-3x too. Returns None
         for other kernels.
         """
-        from tvm import s_tir, tirx
-        from tvm.s_tir.dlight.analysis import normalize_prim_func
-        from tvm.s_tir.dlight.base.common_schedules import try_inline
+        from tvm import tirx
         from tvm.sym.analyzer import Analyzer
 
         del target
         if "concatenate" not in op_kinds(func):
             return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
+        found = schedule_inlined(func)
+        if found is None:
             return None
-        infos = try_inline(sch, infos)
+        sch, infos = found
         if len(infos) != 1 or any(it.kind != "S" for it in infos[0].iters):
             return None
         block = sch.get(infos[0].block_rv)

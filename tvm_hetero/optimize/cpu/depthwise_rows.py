@@ -8,7 +8,7 @@ from ...target import vector_lanes
 from ..choices import choose
 from ..rule import Rule
 from .base import (epilogue_at, inline_identity_copies, largest_divisor, loop_extent,
-                   prologue_per_task, schedule_one_reduction)
+                   prologue_per_task, static_conv)
 
 # Output rows per register tile: with a K-row window, R rows load R + K - 1 input rows (times K
 # column offsets) for R * K * K multiply-adds, against K * K loads per row one row at a time.
@@ -78,17 +78,13 @@ class DepthwiseRows(Rule):
         (a task pads its own channel's few rows). Returns None for anything else (grouped
         convolutions with several input channels per group, the blocked layout).
         """
-        found = schedule_one_reduction(func, "conv2d")
+        found = static_conv(func, 7)
         if found is None:
             return None
         lanes, _ = vector_lanes(target)
-        sch, blocks, main_index = found
+        sch, blocks, main_index, loops, _ = found
         conv = blocks[main_index]
-        loops = sch.get_loops(conv)
-        out = sch.get(conv).writes[0].source if len(sch.get(conv).writes) == 1 else None
-        if out is None or str(out.dtype) != "float32" or len(loops) != 7 \
-                or any(loop_extent(sch, lp) is None for lp in loops) \
-                or not depthwise_block(func, sch, conv):
+        if not depthwise_block(func, sch, conv):
             return None
         width = loop_extent(sch, loops[3])
         columns = width if width <= 2 * lanes else largest_divisor(width, 2 * lanes)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from ...classify import LAYER_KINDS
 from ..rule import Rule
-from .base import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent
+from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent,
+                   schedule_inlined)
 
 
 class ParallelLoops(Rule):
@@ -28,16 +29,11 @@ class ParallelLoops(Rule):
 
     def apply(self, func, target):
         """Schedule `func` for a CPU target, or return None when it cannot."""
-        from tvm import s_tir
-        from tvm.s_tir.dlight.analysis import normalize_prim_func
-        from tvm.s_tir.dlight.base.common_schedules import try_inline
-
         del target
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
+        found = schedule_inlined(func)
+        if found is None:
             return None
-        infos = try_inline(sch, infos)
+        sch, infos = found
         changed = False
         for info in infos:
             loops = sch.get_loops(info.block_rv)

@@ -188,6 +188,17 @@ class Fuzzer:
             return outcomes[run].signature() == target and outcomes["plain"].status == plain
 
         current, current_inputs = model, dict(inputs)
+
+        def kept(candidate, candidate_inputs, change: str) -> bool:
+            """Whether `candidate` still fails; if so it is the current graph from now on."""
+            nonlocal current, current_inputs
+            if not still_fails(candidate, candidate_inputs):
+                return False
+            current, current_inputs = candidate, candidate_inputs
+            if log:
+                log(f"  {change}: {len(current.graph.node)} nodes")
+            return True
+
         # one output first: the one that differs, else each in turn
         outcome = result.outcomes[run]
         order = list(range(len(model.graph.output)))
@@ -197,13 +208,9 @@ class Fuzzer:
         if len(order) > 1:
             for index in order:
                 candidate = keep_outputs(current, [current.graph.output[index].name])
-                if candidate is None:
-                    continue
-                cand_inputs = used_inputs(candidate, current_inputs)
-                if still_fails(candidate, cand_inputs):
-                    current, current_inputs = candidate, cand_inputs
-                    if log:
-                        log(f"  kept output {index} only: {len(current.graph.node)} nodes")
+                if candidate is not None and kept(
+                        candidate, used_inputs(candidate, current_inputs),
+                        f"kept output {index} only"):
                     break
         # the graph cut after one value (its only output), smallest cut first
         cuts = [o for node in current.graph.node for o in node.output
@@ -214,11 +221,7 @@ class Fuzzer:
             candidate = cut_at(current, name)
             if candidate is None or len(candidate.graph.node) >= len(current.graph.node):
                 continue
-            cand_inputs = used_inputs(candidate, current_inputs)
-            if still_fails(candidate, cand_inputs):
-                current, current_inputs = candidate, cand_inputs
-                if log:
-                    log(f"  cut after {name}: {len(current.graph.node)} nodes")
+            if kept(candidate, used_inputs(candidate, current_inputs), f"cut after {name}"):
                 break
         progress = True
         while progress and time.perf_counter() < deadline:
@@ -229,11 +232,8 @@ class Fuzzer:
                 if index >= len(current.graph.node):
                     continue
                 for candidate, cand_inputs in deletions(current, current_inputs, index):
-                    if still_fails(candidate, cand_inputs):
-                        if log:
-                            log(f"  deleted {current.graph.node[index].op_type}: "
-                                f"{len(candidate.graph.node)} nodes")
-                        current, current_inputs = candidate, cand_inputs
+                    if kept(candidate, cand_inputs,
+                            f"deleted {current.graph.node[index].op_type}"):
                         progress = True
                         break
         # the reduced graph once more, with the rules of its kernels

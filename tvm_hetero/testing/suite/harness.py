@@ -1,7 +1,7 @@
 """Sessions and timing for the suite's benchmarks: onnxruntime CPU sessions, a suite model
-ready to compare (:func:`suite_case`), the A/B benchmarks' device set and alternating rounds
-(:func:`alternating_best`), and facts about the host (CPU name, copy bandwidth) and a model
-(weight bytes) that the reports print."""
+ready to compare (:func:`suite_case`), the A/B benchmarks' options, device set and alternating
+rounds (:func:`alternating_best`), and facts about the host (CPU name, copy bandwidth) and a
+model (weight bytes) that the reports print."""
 
 from __future__ import annotations
 
@@ -40,6 +40,24 @@ def suite_case(name: str, threads: int):
     inputs = {spec.name: feed[spec.source_name or spec.name] for spec in model.inputs}
     session = ort_cpu_session(proto, threads)
     return proto, feed, model, inputs, session, session.run(None, feed)
+
+
+def add_ab_args(parser, models: str) -> None:
+    """The A/B benchmarks' common options on an ``argparse`` parser.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        Gets ``--models`` (comma-separated suite names, default `models`), ``--target-mcpu``
+        (see :func:`cpu_devices`), ``--rounds`` and ``--repeat`` (both default 5, for
+        :func:`alternating_best`).
+    models : str
+        The default of ``--models``.
+    """
+    parser.add_argument("--models", default=models)
+    parser.add_argument("--target-mcpu")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=5)
 
 
 def cpu_devices(target_mcpu: str | None, threads: int):
