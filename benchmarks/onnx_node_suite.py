@@ -20,7 +20,8 @@ import time
 import warnings
 from unittest import mock
 
-from tvm_hetero.testing.onnx_cases import VERDICTS, run_cases, totals
+from tvm_hetero.testing.onnx_cases import (VERDICTS, add_case_args, print_totals, run_cases,
+                                            totals)
 
 
 def generate_cases(folder: str, only: str | None) -> dict[str, str]:
@@ -42,10 +43,7 @@ def generate_cases(folder: str, only: str | None) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=1, help="worker processes (default: 1)")
-    parser.add_argument("--timeout", type=float, default=120,
-                        help="seconds per case and path (default: 120)")
-    parser.add_argument("--only", help="an op type, or a substring of the case names")
+    add_case_args(parser, 120, "an op type, or a substring of the case names")
     parser.add_argument("--verbose", action="store_true", help="one line per case")
     args = parser.parse_args()
     start = time.perf_counter()
@@ -70,16 +68,8 @@ def main() -> None:
         print(f"{op[:39]:<40}{len(by_op[op]):>6}              "
               + " ".join(f"{ours[v]:>5}" for v in VERDICTS) + f"{tvm['pass']:>17}")
     print()
-    print(f"{'path':<12}" + "".join(f"{v:>10}" for v in VERDICTS) + f"{'of':>7}")
-    for path, label in (("ours", "tvm_hetero"), ("tvm", "plain TVM")):
-        counts = totals(results, path)
-        print(f"{label:<12}" + "".join(f"{counts[v]:>10}" for v in VERDICTS)
-              + f"{len(results):>7}")
-    worse = sorted(os.path.basename(c) for c, v in results.items()
-                   if v["ours"][0] != "pass" and v["tvm"][0] == "pass")
-    print(f"fail for tvm_hetero but pass for plain TVM: {len(worse)}")
-    for case in worse:
-        print(f"  {case}: {results[[c for c in results if c.endswith(case)][0]]['ours']}")
+    for case in sorted(print_totals(results, len(results))):
+        print(f"  {os.path.basename(case)}: {results[case]['ours']}")
     print(f"{time.perf_counter() - start:.0f} s")
 
 

@@ -169,7 +169,28 @@ def run_cases(case_dirs: list[str], workers: int, timeout_s: float, progress=Non
 
 
 def totals(results: dict, path: str) -> dict[str, int]:
+    """``{verdict: cases}`` of one path (``ours`` or ``tvm``)."""
     counts = dict.fromkeys(VERDICTS, 0)
     for verdicts in results.values():
         counts[verdicts[path][0]] += 1
     return counts
+
+
+def add_case_args(parser, timeout: float, only_help: str) -> None:
+    """The options of the scripts that run cases: ``--workers``, ``--timeout``, ``--only``."""
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (default: 1)")
+    parser.add_argument("--timeout", type=float, default=timeout,
+                        help=f"seconds per case and path (default: {timeout:g})")
+    parser.add_argument("--only", help=only_help)
+
+
+def print_totals(results: dict, cases: int) -> list[str]:
+    """Print the verdict counts of both paths over `cases` cases; returns the cases that fail
+    for tvm_hetero and pass for plain TVM."""
+    print(f"{'path':<12}" + "".join(f"{v:>10}" for v in VERDICTS) + f"{'of':>7}")
+    for path, label in (("ours", "tvm_hetero"), ("tvm", "plain TVM")):
+        counts = totals(results, path)
+        print(f"{label:<12}" + "".join(f"{counts[v]:>10}" for v in VERDICTS) + f"{cases:>7}")
+    worse = [c for c, v in results.items() if v["ours"][0] != "pass" and v["tvm"][0] == "pass"]
+    print(f"fail for tvm_hetero but pass for plain TVM: {len(worse)}")
+    return worse
