@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tvm_hetero as th
 from tvm_hetero.api import inspect_model
 from tvm_hetero.classify import classify_bindings
-from tvm_hetero.layered import layered_module, placed_module
+from tvm_hetero.layered import layer_forms, layered_module, placed_module
 from tvm_hetero.ops.winograd import is_winograd
 from tvm_hetero.prepare import PrepareConfig
 from tvm_hetero.testing import max_relative_error, onnx_reference
@@ -254,3 +254,93 @@ def test_census_all_cuda_no_kernel_in_a_cpu_form(model_name):
     # their work (the mobilenet block's 96 channels at 56x56): item 2's depthwise rule
     assert max(work for _, depthwise, _, _, work in census.values() if not depthwise) < 8, \
         census
+
+
+def se_block():
+    """A 1x1 convolution and a depthwise one (the blocked layout on a CPU) gated by
+    squeeze-and-excite, then two 1x1 convolutions through 20 channels (NCHW on a CPU) whose
+    output is added to the first convolution's: on a CPU the residual add reads a transform
+    into the blocked layout, which keeps it from fusing into the convolution whose layer it is
+    in the model's own form (as MobileNetV3's residual adds and SE gates)."""
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "wc", "bc"], ["c"]),
+             node("Relu", ["c"], ["cr"]),
+             node("Conv", ["cr", "wd", "bd"], ["d"], pads=[1, 1, 1, 1], group=32),
+             node("Relu", ["d"], ["a"]),
+             node("GlobalAveragePool", ["a"], ["m"]),
+             node("Conv", ["m", "ws", "bs"], ["s"]),
+             node("Relu", ["s"], ["sr"]),
+             node("Conv", ["sr", "we", "be"], ["e"]),
+             node("Sigmoid", ["e"], ["g"]),
+             node("Mul", ["a", "g"], ["ag"]),
+             node("Conv", ["ag", "wn", "bn"], ["n"]),
+             node("Relu", ["n"], ["nr"]),
+             node("Conv", ["nr", "wp", "bp"], ["p"]),
+             node("Add", ["p", "cr"], ["y"])]
+    return _graph("se_block", nodes, [1, 32, 28, 28], [1, 32, 28, 28], {
+        "wc": (32, 32, 1, 1), "bc": (32,), "wd": (32, 1, 3, 3), "bd": (32,),
+        "ws": (6, 32, 1, 1), "bs": (6,), "we": (32, 6, 1, 1), "be": (32,),
+        "wn": (20, 32, 1, 1), "bn": (20,), "wp": (32, 20, 1, 1), "bp": (32,)})
+
+
+def lrn_block():
+    """A depthwise convolution (blocked on a CPU), ReLU and AlexNet's local response
+    normalization, then a 1x1 convolution: the LRN, decomposed (square, ``expand_dims``, a 3-D
+    average pool, ``squeeze``, power, divide), cannot be blocked past its ``expand_dims``, and
+    the transforms out of and into the blocked layout cut its two layers of the model's own
+    form (square + ``expand_dims``; ``squeeze`` ... divide) in two."""
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "wd", "bd"], ["d"], pads=[1, 1, 1, 1], group=32),
+             node("Relu", ["d"], ["a"]),
+             node("LRN", ["a"], ["n"], size=5, alpha=1e-4, beta=0.75, bias=1.0),
+             node("Conv", ["n", "wp", "bp"], ["y"])]
+    return _graph("lrn_block", nodes, [1, 32, 28, 28], [1, 32, 28, 28], {
+        "wd": (32, 1, 3, 3), "bd": (32,), "wp": (32, 32, 1, 1), "bp": (32,)})
+
+
+def _pieces(module) -> dict:
+    """``{kernel: layer}`` of a module's form kernels that are no layout transform (the slices
+    of padded channels and the layer pieces: part of a model layer)."""
+    return {binding.value.args[0].name_hint: info.name
+            for binding, info in classify_bindings(module)
+            if info is not None and info.form_kernel
+            and "layout_transform" not in binding.value.args[0].name_hint}
+
+
+@pytest.mark.parametrize("model_name", ["se_block", "lrn_block", "efficientnet_block"])
+def test_layers_cut_in_two_by_cpu_forms_keep_the_model_form_on_cuda(model_name, caplog):
+    """A transform the CPU forms add between operators that the model's own form fuses into
+    one layer (a residual add or SE gate reading a blocked tensor after an NCHW convolution;
+    the LRN's square and ``expand_dims``, its ``squeeze`` ... divide around the 3-D pool that
+    stays NCHW) cuts that layer in two on a CPU. The second piece is no layer (it goes with
+    the layer it is part of), so the names match the model form's: all on cuda, every layer
+    in the model's form; on cpu + cuda, each layer in its device's form, same names."""
+    from tvm_hetero.testing.suite import SUITE
+
+    if model_name == "efficientnet_block":  # its SE gates (too small a graph blocks them)
+        model = th.load_model(SUITE[model_name]()[0], name=model_name)
+    else:
+        model = th.load_model(globals()[model_name](), name=model_name)
+    devices = th.DeviceSet.parse(["cpu", CUDA])
+    cpu_form = layered_module(model, PrepareConfig.for_devices(devices))
+    assert _pieces(cpu_form), "the CPU forms cut no layer in two: not the case under test"
+    names = [layer.name for layer in th.extract_layers(cpu_form)]
+    for other in ([CUDA], ["cpu"]):
+        assert [layer.name for layer in inspect_model(model, other).layers] == names
+    with caplog.at_level("WARNING", logger="tvm_hetero.layered"):
+        all_cuda = _kernels(model, devices, th.Placement.all_on(names, "cuda"))
+        # the layers up to the last one cut in two on cpu, the rest on cuda
+        last = max(names.index(name) for name in _pieces(cpu_form).values())
+        mixed = th.Placement({name: ("cpu" if i <= last else "cuda")
+                              for i, name in enumerate(names)})
+        forms = _kernels(model, devices, mixed)
+    assert "every layer runs the CPU forms" not in caplog.text
+    assert sorted(all_cuda) == sorted(forms) == sorted(names)
+    # all on cuda: the model's own form (whose LRN has 5-D tensors of its own: not blocked)
+    assert placed_module(model, devices, th.Placement.all_on(names, "cuda")) \
+        is layer_forms(model, PrepareConfig.for_devices(devices)).model_form()
+    own = {name: f for name, (_, _, f) in all_cuda.items()}
+    assert all(f <= own[name] for name, (device, _, f) in forms.items()
+               if device == "cuda"), forms
+    assert any(f for device, _, f in forms.values() if device == "cpu"), forms
+    th.build(model, mixed, devices)  # (builds for sm_90: no GPU needed)

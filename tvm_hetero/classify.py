@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from typing import Any, NamedTuple
 
-from .relax_ir import OP_KINDS_ATTR, is_form_kernel, main_bindings
+from .relax_ir import OP_KINDS_ATTR, is_form_kernel, layer_pieces, main_bindings
 
 # op name (legalized PrimFunc name without its numeric suffix) -> layer kind
 _KIND_BY_OP = {
@@ -70,7 +70,9 @@ def classify_bindings(mod) -> list[tuple[Any, LayerBinding | None]]:
     they fuse into the convolution) are no layer and number nothing, so that a layer has one
     name whatever the forms around it; each goes with the layer it serves, on the blocked side:
     a transform into the blocked layout with its first consumer, one out of it with its
-    producer.
+    producer. Layer pieces (:func:`~tvm_hetero.relax_ir.layer_pieces`: part of a model layer
+    that a form kernel keeps from fusing with the rest) are form kernels too, each with the layer
+    that produces its marked argument.
     """
     import tvm
     from tvm import relax
@@ -79,12 +81,14 @@ def classify_bindings(mod) -> list[tuple[Any, LayerBinding | None]]:
     out: list = []
     forms: list[int] = []  # positions in `out` of the form kernels
     anchors: dict[int, str] = {}  # position in `out` of a layer -> its anchor op
+    pieces = layer_pieces(mod)
     for binding in main_bindings(mod):
         value = binding.value
         if isinstance(value, relax.Call) and value.op.same_as(call_tir):
             func = mod[value.args[0]]
             kinds = _op_kinds_of(func, value.args[0].name_hint)
-            if is_form_kernel(func) or (kinds[0] == "strided_slice"
+            if is_form_kernel(func) or value.args[0].name_hint in pieces \
+                    or (kinds[0] == "strided_slice"
                                         and not any(k in _KIND_BY_OP for k in kinds)
                                         and _reads_form_kernel(value, out, forms)):
                 # (a slice after a transform out of the blocked layout, with the elementwise
@@ -105,7 +109,7 @@ def classify_bindings(mod) -> list[tuple[Any, LayerBinding | None]]:
         out[i] = (out[i][0], out[i][1]._replace(name=f"{anchor}_{counts[anchor]}"))
         counts[anchor] += 1
     if forms:
-        _assign_form_kernels(out, forms)
+        _assign_form_kernels(out, forms, pieces)
     return out
 
 
@@ -169,8 +173,10 @@ def _dataflow_order(mod, out: list, anchors: dict[int, str]) -> list[int]:
     return order
 
 
-def _assign_form_kernels(out: list, forms: list[int]) -> None:
-    """Give each form kernel in `out` (:func:`classify_bindings`) the layer it serves."""
+def _assign_form_kernels(out: list, forms: list[int], pieces: dict[str, int]) -> None:
+    """Give each form kernel in `out` (:func:`classify_bindings`) the layer it serves: first
+    the layer pieces (`pieces`: the layer producing their marked argument), then the rest
+    (a transform between two pieces of a layer goes with it)."""
     from tvm import relax
 
     position = {binding.var: i for i, (binding, _) in enumerate(out)}
@@ -213,8 +219,21 @@ def _assign_form_kernels(out: list, forms: list[int]) -> None:
         return len(ty.shape) if isinstance(ty, relax.TensorType) and ty.shape is not None \
             else 0
 
+    def piece_owner(i):
+        binding, _ = out[i]
+        arg = pieces.get(binding.value.args[0].name_hint)
+        args = binding.value.args[1].fields
+        j = position.get(args[arg]) if arg is not None and arg < len(args) else None
+        return None if j is None else layer_at(j, {i}) or producer(j, {i, j})
+
+    for i in forms:
+        owner = piece_owner(i)
+        if owner is not None:
+            out[i] = (out[i][0], out[i][1]._replace(index=owner.index, name=owner.name))
     for i in forms:
         binding, info = out[i]
+        if info.name:  # (a layer piece)
+            continue
         args = binding.value.args[1].fields
         blocking = bool(args) and rank(binding.var.ty) > rank(args[0].ty)
         sides = (consumer, producer) if blocking else (producer, consumer)

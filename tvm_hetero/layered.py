@@ -32,10 +32,10 @@ def layered_module(model, config=None):
 
     if is_layered(model.mod):
         return model.mod
-    return _layer_forms(model, config or PrepareConfig.for_host()).cpu_form()
+    return layer_forms(model, config or PrepareConfig.for_host()).cpu_form()
 
 
-def _layer_forms(model, config):
+def layer_forms(model, config):
     """The model's :class:`~tvm_hetero.prepare.device_forms.LayerForms` for `config`, kept on
     the model (``model._layered``, by config)."""
     from .prepare.device_forms import LayerForms
@@ -74,7 +74,7 @@ def placed_module(model, devices, placement):
     if is_layered(model.mod):
         return model.mod
     devices = devices if isinstance(devices, DeviceSet) else DeviceSet.parse(devices)
-    forms = _layer_forms(model, PrepareConfig.for_devices(devices))
+    forms = layer_forms(model, PrepareConfig.for_devices(devices))
     off_cpu = {name for name, device in placement.assignment.items()
                if device in devices.names and devices[device].family != "cpu"}
     try:

@@ -27,6 +27,11 @@ HOST_ALLOCATING = ("relax.run.nonzero", "relax.run.unique")
 UPPER_BOUND_ATTR = "tir_var_upper_bound"
 #: the PrimFunc attribute of a form kernel (a layout transform that a CPU form added)
 FORM_KERNEL_ATTR = "tvm_hetero.form_kernel"
+#: the ``main`` attribute naming the *layer pieces* of a CPU form: ``{PrimFunc name: argument
+#: index}``, kernels that hold part of a model layer whose other part a form kernel (a layout
+#: transform) keeps from fusing with them; each goes with the layer that produces that argument
+#: (:func:`~tvm_hetero.prepare.form_kernels.layer_pieces`)
+LAYER_PIECES_ATTR = "tvm_hetero.layer_pieces"
 
 
 def main_bindings(mod):
@@ -199,6 +204,14 @@ def is_form_kernel(func) -> bool:
     """Whether a PrimFunc is a form kernel
     (:func:`~tvm_hetero.prepare.form_kernels.mark_form_kernels`)."""
     return func.attrs is not None and bool(func.attrs.get(FORM_KERNEL_ATTR, False))
+
+
+def layer_pieces(mod) -> dict[str, int]:
+    """``{PrimFunc name: argument index}``: the layer pieces of a layered module (its ``main``'s
+    ``LAYER_PIECES_ATTR``), empty when it has none."""
+    attrs = mod["main"].attrs
+    pieces = attrs.get(LAYER_PIECES_ATTR) if attrs is not None else None
+    return {str(name): int(arg) for name, arg in pieces.items()} if pieces else {}
 
 
 def substitute_vars(expr, var_map):

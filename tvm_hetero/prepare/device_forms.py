@@ -33,7 +33,7 @@ from tvm import relax
 from ..classify import classify_bindings
 from ..relax_ir import main_bindings, substitute_vars
 from .config import PrepareConfig
-from .form_kernels import has_layout_transforms
+from .form_kernels import find_layer_pieces, has_layout_transforms, with_layer_pieces
 
 logger = logging.getLogger(__name__)
 
@@ -237,6 +237,25 @@ def model_form_config(config: PrepareConfig) -> PrepareConfig:
     return PrepareConfig.model_form(conv1d_as_conv2d=config.conv1d_as_conv2d)
 
 
+def _reads_a_form_kernel(mod) -> bool:
+    """Whether a kernel of a lowered module without an anchor op (elementwise or other)
+    reads a form kernel's output: a model layer the CPU forms may have cut in two."""
+    from ..classify import kernel_kind
+
+    forms = set()
+    for binding, info in classify_bindings(mod):
+        if info is None:
+            continue
+        if info.form_kernel:
+            forms.add(binding.var)
+            continue
+        gv = binding.value.args[0]
+        if kernel_kind(mod[gv], gv.name_hint) in ("elementwise", "other") \
+                and any(arg in forms for arg in binding.value.args[1].fields):
+            return True
+    return False
+
+
 class FormsMismatch(Exception):
     """A placement's forms do not give the layers the names of the model's form."""
 
@@ -266,7 +285,12 @@ class LayerForms:
         self._forms: dict = {}
         self.warned = False  # (placed_module warns once per model of a mismatch)
 
-    def _lower(self, graph, config: PrepareConfig, keeps=None, groups_out=None):
+    def _lower(self, graph, config: PrepareConfig, keeps=None):
+        """`graph` lowered in the CPU forms of `config` (`keeps`: see
+        :func:`.pipeline.form_phase`), its layer pieces named (:meth:`_with_pieces`)."""
+        return self._with_pieces(self._lowered(graph, config, keeps), graph, config, keeps)
+
+    def _lowered(self, graph, config: PrepareConfig, keeps=None, groups_out=None):
         from .op_kinds import FuseTIRKeepingOpKinds
         from .pipeline import finish, form_phase, fusing_passes
 
@@ -282,11 +306,29 @@ class LayerForms:
                                             relax.transform.DeadCodeElimination()])(mod)
         return finish(mod, self.layouts_in_model)
 
+    def _with_pieces(self, mod, graph, config, keeps):
+        """A CPU form `mod` with its layer pieces (:func:`.form_kernels.find_layer_pieces`)
+        named, so that its layers are the model form's: where a kernel without an anchor op
+        reads a form kernel (a layout transform the CPU forms added cut a model layer in two).
+        Known from the model form's layers and the tags of the operators of each kernel, which
+        are lowered again to read them (only for such models: CPU-only builds of others pay
+        nothing)."""
+        if self.layouts_in_model or not _reads_a_form_kernel(mod):
+            return mod
+        self.model_form()
+        layer_of = self._model[2]
+        if not layer_of:
+            return mod
+        groups: list = []
+        again = self._lowered(graph, config, keeps, groups)
+        tags = {var.name: index for var, index in layer_of.items()}
+        return with_layer_pieces(again, find_layer_pieces(again, groups, tags))
+
     def model_form(self):
         """The layered module with every layer in the model's own form."""
         if self._model is None:
             groups: list = []
-            mod = self._lower(self.graph, model_form_config(self.config), groups_out=groups)
+            mod = self._lowered(self.graph, model_form_config(self.config), groups_out=groups)
             names = [info.name for _, info in classify_bindings(mod)
                      if info is not None and not info.form_kernel]
             layer_of = op_layers(self.graph, groups) if len(groups) <= len(names) else {}
@@ -319,7 +361,7 @@ class LayerForms:
         cpu_names = [info.name for _, info in classify_bindings(self.cpu_form())
                      if info is not None and not info.form_kernel]
         if sorted(cpu_names) != sorted(names):
-            raise FormsMismatch("the CPU forms fuse the model's operators into other layers")
+            raise FormsMismatch("the CPU forms group the model's operators into other layers")
         if off_cpu == frozenset(names):
             return self.model_form()
         if off_cpu not in self._forms:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..relax_ir import FORM_KERNEL_ATTR, OP_KINDS_ATTR, main_bindings
+from ..relax_ir import FORM_KERNEL_ATTR, LAYER_PIECES_ATTR, OP_KINDS_ATTR, main_bindings
 
 _TRANSFORM_OPS = ("layout_transform", "te_layout_transform")
 
@@ -31,4 +31,71 @@ def mark_form_kernels(mod):
                     out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,
                                        global_infos=mod.global_infos)
                 out[gv] = func.with_attr(FORM_KERNEL_ATTR, True)
+    return out
+
+
+def find_layer_pieces(mod, groups: list[set[str]], layer_of_tag: dict[str, int]) -> dict:
+    """``{PrimFunc name: argument index}``: the *layer pieces* of a lowered CPU form `mod`
+    (form kernels marked), kernels holding part of a model layer whose other part a form
+    kernel keeps from fusing with them (the SE gate's multiply after the transform of the gate
+    into the blocked layout; the LRN's ``expand_dims`` after the transform out of it), each
+    with the argument through which it reads (past form kernels) the rest of its layer.
+
+    `groups` are the tags of the operators of each kernel call of `mod`, in program order
+    (:func:`~.device_forms.fused_groups`), `layer_of_tag` the model form's layer of each tag.
+    A kernel name called both as a piece and otherwise (or with two arguments) is left out:
+    the names then differ from the model form's (:class:`~.device_forms.FormsMismatch`)."""
+    from ..classify import classify_bindings
+
+    classified = classify_bindings(mod)
+    calls = [(b, info) for b, info in classified if info is not None]
+    if len(calls) != len(groups):
+        return {}
+    layer_of_call: dict = {}  # binding var -> model layer index (kernels in one layer only)
+    for (binding, info), tags in zip(calls, groups):
+        layers = {layer_of_tag[tag] for tag in tags if tag in layer_of_tag}
+        if not info.form_kernel and len(layers) == 1:
+            layer_of_call[binding.var] = layers.pop()
+    kernels = {binding.var for binding, info in calls if not info.form_kernel}
+    for (binding, info), tags in zip(calls, groups):
+        # a transform back to the model's layout keeps the tag of the operator whose output
+        # it restores (layout conversion renames that operator's blocked form)
+        layers = {layer_of_tag[tag] for tag in tags if tag in layer_of_tag}
+        args = binding.value.args[1].fields
+        if info.form_kernel and len(layers) == 1 and args and args[0] in kernels \
+                and args[0] not in layer_of_call:
+            layer_of_call[args[0]] = layers.pop()
+    through = {b.var: b.value for b, info in classified
+               if info is None or info.form_kernel}  # structure and form kernels
+
+    def producers(expr, seen) -> set:
+        """The kernels of layers that `expr` reads, past structure and form kernels."""
+        found = set()
+        for var in relax.analysis.free_vars(expr):
+            if var in layer_of_call:
+                found.add(var)
+            elif var in through and var not in seen:
+                seen.add(var)
+                found |= producers(through[var], seen)
+        return found
+
+    roles: dict = {}  # PrimFunc name -> set of argument indices (-1: no piece)
+    for binding, info in calls:
+        if binding.var not in layer_of_call:
+            continue
+        layer = layer_of_call[binding.var]
+        args = binding.value.args[1].fields
+        own = [i for i, arg in enumerate(args)
+               if any(layer_of_call[p] == layer for p in producers(arg, set()))]
+        roles.setdefault(binding.value.args[0].name_hint, set()).add(own[0] if own else -1)
+    return {name: arg.pop() for name, arg in roles.items() if len(arg) == 1 and -1 not in arg}
+
+
+def with_layer_pieces(mod, pieces: dict):
+    """`mod` with ``main`` naming its layer pieces (``LAYER_PIECES_ATTR``)."""
+    if not pieces:
+        return mod
+    out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,
+                       global_infos=mod.global_infos)
+    out["main"] = mod["main"].with_attr(LAYER_PIECES_ATTR, pieces)
     return out
