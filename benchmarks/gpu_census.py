@@ -25,10 +25,10 @@ import sys
 import tempfile
 import time
 
+from tvm_hetero.target import cuda_multiprocessors
 from tvm_hetero.testing.suite import SUITE
 
 CUDA = "cuda@sm_90"
-H200_SMS = 132  # streaming multiprocessors of an H100/H200 (sm_90) SXM
 NOT_GEMM = ("dlight.gpu.Fallback", "dlight.gpu.GeneralReduction")
 HEAVY_KINDS = ("conv2d", "depthwise", "matmul", "pooling")
 MAX_WORK = 1.3
@@ -175,7 +175,8 @@ def misses(row: dict, sms: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(SUITE))
-    parser.add_argument("--sms", type=int, default=H200_SMS, help="SMs of the GPU (H200: 132)")
+    parser.add_argument("--sms", type=int, default=cuda_multiprocessors("sm_90"),
+                        help="SMs of the GPU (default: sm_90's in tvm_hetero.target, 132)")
     parser.add_argument("--no-nvcc", action="store_true", help="skip the nvcc resource check")
     parser.add_argument("--kernels", action="store_true", help="print every kernel's row")
     args = parser.parse_args()

@@ -5,6 +5,7 @@ import pytest
 
 from tvm_hetero import DeviceError, DeviceSet, parse_device, parse_size
 from tvm_hetero.devices import DEFAULT_CUDA_ARCH, host_cpu_name
+from tvm_hetero.target import cuda_target
 
 
 def test_cpu_uses_the_llvm_host_cpu_never_native():
@@ -24,9 +25,12 @@ def test_two_cpu_devices_get_distinct_runtime_ids_and_targets():
 
 def test_cuda_without_gpu_takes_the_stated_default_arch_and_indices():
     devices = DeviceSet.parse(["cpu", "cuda", "cuda:1", "big=cuda:2@sm_80"])
-    assert devices["cuda"].target == {"kind": "cuda", "arch": devices["cuda"].target["arch"]}
+    assert devices["cuda"].target == cuda_target(devices["cuda"].target["arch"])
     assert devices["cuda:1"].device_id == 1
     assert devices["big"].target["arch"] == "sm_80"
+    # the architecture's limits as the target attributes the GPU rules read
+    assert devices["big"].target["max_shared_memory_per_block"] == 48 << 10
+    assert devices["big"].tvm_target().attrs["registers_per_block"] == 64 << 10
     assert devices["big"].device_id == 2
     import tvm
 
@@ -156,3 +160,11 @@ def test_too_few_runtime_threads_is_a_warning(caplog, monkeypatch):
         dev_set.check_runtime()
     expected = "TVM_NUM_THREADS" if dev_set["cpu"].target["num-cores"] > 1 else None
     assert (expected in caplog.text) if expected else caplog.text == ""
+
+
+def test_gpu_limits_come_from_the_architecture_or_the_device():
+    from tvm_hetero.target import CUDA_LIMITS, cuda_multiprocessors
+
+    assert cuda_multiprocessors("sm_90") == CUDA_LIMITS["sm_90"].multiprocessors == 132
+    assert cuda_multiprocessors("sm_75") is None  # not in the table: TVM's defaults
+    assert cuda_target("sm_75") == {"kind": "cuda", "arch": "sm_75"}

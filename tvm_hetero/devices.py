@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Any, Iterable
 
 from .errors import DeviceError, error_message
+from .target import cuda_target
 
 logger = logging.getLogger(__name__)
 
@@ -286,7 +287,7 @@ def parse_device(text: str, cpu_ids: Iterable[int] = ()) -> Device:
         raise DeviceError(f"device {text!r}: only cuda takes an @arch")
     if short == "cuda":
         index = int(index_text or 0)
-        target = {"kind": "cuda", "arch": arch or _cuda_arch(index, text.strip())}
+        target = cuda_target(arch or _cuda_arch(index, text.strip()))
         return Device(name or (f"cuda:{index}" if index_text else "cuda"), target, "cuda", index)
     index = int(index_text) if index_text else next_cpu
     if short == "cpu":

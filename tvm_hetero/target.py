@@ -1,7 +1,9 @@
 """What tvm_hetero knows of a device's target: the fp32 lanes and vector registers of an LLVM
 CPU target's widest vector unit (:func:`vector_lanes`) and its data cache sizes
-(:func:`cpu_traits`). Preparation (:class:`~tvm_hetero.prepare.PrepareConfig`: the lanes of
-channel padding and of the blocked layout) and the CPU rules (their tiles) read them here.
+(:func:`cpu_traits`); an NVIDIA GPU's limits by architecture (:data:`CUDA_LIMITS`,
+:func:`cuda_target`). Preparation (:class:`~tvm_hetero.prepare.PrepareConfig`: the lanes of
+channel padding and of the blocked layout), the rules (their tiles) and the GPU census read
+them here.
 """
 
 from __future__ import annotations
@@ -58,3 +60,65 @@ def cpu_traits(target) -> CpuTraits:
     lanes, registers = vector_lanes(target)
     l1_bytes, l2_bytes = CACHE_BYTES[lanes]
     return CpuTraits(lanes, registers, l1_bytes, l2_bytes)
+
+
+@dataclass(frozen=True)
+class CudaLimits:
+    """Limits of an NVIDIA GPU architecture, per thread block unless said.
+
+    Attributes
+    ----------
+    multiprocessors : int
+        Streaming multiprocessors of the architecture's data-centre part (a GPU present
+        reports its own: :func:`cuda_multiprocessors`).
+    max_threads_per_block, max_shared_memory_per_block, registers_per_block : int
+        Threads, static shared memory (bytes) and 32-bit registers of one thread block.
+    max_dynamic_shared_memory_per_block : int
+        Shared memory one block may opt in to (bytes).
+    l2_cache_bytes : int
+    """
+
+    multiprocessors: int
+    max_threads_per_block: int
+    max_shared_memory_per_block: int
+    max_dynamic_shared_memory_per_block: int
+    registers_per_block: int
+    l2_cache_bytes: int
+
+
+# NVIDIA's CUDA C Programming Guide (compute capabilities) and the parts' data sheets: A100
+# (sm_80, 108 SMs, 40 MiB L2), H100/H200 SXM (sm_90, 132 SMs, 50 MiB L2)
+CUDA_LIMITS = {
+    "sm_80": CudaLimits(108, 1024, 48 << 10, 163 << 10, 64 << 10, 40 << 20),
+    "sm_90": CudaLimits(132, 1024, 48 << 10, 227 << 10, 64 << 10, 50 << 20),
+}
+
+
+def cuda_target(arch: str) -> dict:
+    """The JSON-dict target of a GPU of `arch`: with its limits from :data:`CUDA_LIMITS` as
+    the target attributes TVM's GPU rules read (without them dlight assumes 48 KiB of shared
+    memory, and says so on every kernel); an arch not in the table gets TVM's defaults."""
+    target = {"kind": "cuda", "arch": arch}
+    limits = CUDA_LIMITS.get(arch)
+    if limits is not None:
+        target.update(max_threads_per_block=limits.max_threads_per_block,
+                      max_shared_memory_per_block=limits.max_shared_memory_per_block,
+                      registers_per_block=limits.registers_per_block,
+                      l2_cache_size_bytes=limits.l2_cache_bytes)
+    return target
+
+
+def cuda_multiprocessors(arch: str, index: int | None = None) -> int | None:
+    """Streaming multiprocessors of GPU `index` when one is present, else those of `arch` in
+    :data:`CUDA_LIMITS` (None for an arch not there)."""
+    if index is not None:
+        try:
+            import tvm
+
+            device = tvm.cuda(index)
+            if tvm.runtime.enabled("cuda") and device.exist:
+                return int(device.multi_processor_count)
+        except Exception:  # noqa: BLE001 (no CUDA driver: the table's figure)
+            pass
+    limits = CUDA_LIMITS.get(arch)
+    return limits.multiprocessors if limits else None
