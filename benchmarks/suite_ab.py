@@ -74,33 +74,13 @@ def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", default="HEAD", help="git revision built as 'before'")
-    parser.add_argument("--models", help="comma-separated suite models (default: all)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--out", help="keep the libraries here (default: a temporary folder)")
-    parser.add_argument("--export-only", metavar="DIR", help=argparse.SUPPRESS)
-    parser.add_argument("--onnx-dir", metavar="DIR", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.export_only:  # a build side: tvm_hetero may be a revision without the suite
-        export_builds([n for n in args.models.split(",") if n], args.onnx_dir,
-                      args.export_only)
-        return
-
+def build_both(args, names: list[str], out: str) -> tuple[dict, str]:
+    """Build every model with the revision (in a git worktree) and with this tree, into
+    ``out/before`` and ``out/after``; returns the builds and the revision's short hash."""
     import onnx
 
-    import tvm_hetero as th
-    from tvm_hetero.devices import host_num_cores
-    from tvm_hetero.testing import max_relative_error
-    from tvm_hetero.testing.suite import SUITE, alternating_best, cpu_name, suite_case
+    from tvm_hetero.testing.suite import SUITE
 
-    names = [n for n in (args.models or ",".join(SUITE)).split(",") if n]
-    unknown = [n for n in names if n not in SUITE]
-    if unknown:
-        sys.exit(f"error: unknown suite models: {', '.join(unknown)}")
-    out = args.out or tempfile.mkdtemp(prefix="suite_ab_")
     worktree = tempfile.mkdtemp(prefix="suite_ab_tree_")
     onnx_dir = tempfile.mkdtemp(prefix="suite_ab_models_")
     try:
@@ -118,6 +98,50 @@ def main() -> None:
         subprocess.run(["git", "-C", REPO, "worktree", "remove", "--force", worktree],
                        check=False)
         shutil.rmtree(onnx_dir, ignore_errors=True)
+    return builds, revision
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default="HEAD", help="git revision built as 'before'")
+    parser.add_argument("--models", help="comma-separated suite models (default: all)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", help="keep the libraries here (default: a temporary folder)")
+    parser.add_argument("--time-only", action="store_true",
+                        help="time the libraries an earlier run left in --out (no builds)")
+    parser.add_argument("--export-only", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--onnx-dir", metavar="DIR", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.export_only:  # a build side: tvm_hetero may be a revision without the suite
+        export_builds([n for n in args.models.split(",") if n], args.onnx_dir,
+                      args.export_only)
+        return
+
+
+    import tvm_hetero as th
+    from tvm_hetero.devices import host_num_cores
+    from tvm_hetero.testing import max_relative_error
+    from tvm_hetero.testing.suite import SUITE, alternating_best, cpu_name, suite_case
+
+    names = [n for n in (args.models or ",".join(SUITE)).split(",") if n]
+    unknown = [n for n in names if n not in SUITE]
+    if unknown:
+        sys.exit(f"error: unknown suite models: {', '.join(unknown)}")
+    if args.time_only:
+        if not args.out:
+            sys.exit("error: --time-only needs --out DIR of an earlier run")
+        builds, revision = {}, "built earlier"
+        for side in ("before", "after"):
+            with open(os.path.join(args.out, side, "builds.json")) as handle:
+                builds[side] = json.load(handle)
+        missing = [n for n in names if n not in builds["before"] or n not in builds["after"]]
+        if missing:
+            sys.exit(f"error: {args.out} has no builds of {', '.join(missing)}")
+        out = args.out
+    else:
+        out = args.out or tempfile.mkdtemp(prefix="suite_ab_")
+        builds, revision = build_both(args, names, out)
 
     threads = host_num_cores()
     rows = []
