@@ -108,6 +108,21 @@ def runtime_threads() -> int:
     return int(tvm.get_global_func("runtime.NumThreads")())
 
 
+def host_cpu_model() -> str:
+    """The host CPU's model name (``/proc/cpuinfo``), or the platform's processor string, for
+    the tables benchmarks print."""
+    try:
+        with open("/proc/cpuinfo") as file:
+            for line in file:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown CPU"
+
+
 def host_target_dict() -> dict[str, Any]:
     """The JSON-dict target of the host CPU."""
     return {"kind": "llvm", "mcpu": host_cpu_name(), "num-cores": host_num_cores()}

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...devices import host_cpu_model as cpu_name  # the CPU named in the table
+
 
 TOLERANCE = 1e-4
 DEVICES = ("cpu", "cpu-generic")
@@ -166,20 +168,6 @@ def outcome_counts(results: list[GraphResult]) -> dict[str, dict[str, int]]:
         for result in results:
             counts[column][get(result).status] += 1
     return counts
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), or the platform's processor string."""
-    try:
-        with open("/proc/cpuinfo") as file:
-            for line in file:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "unknown CPU"
 
 
 __all__ = ["DEVICES", "FAILURES", "GraphResult", "OUTCOMES", "Outcome", "RUNS", "SLOW_BUILD_S",

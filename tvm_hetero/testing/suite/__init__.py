@@ -18,12 +18,13 @@ suite lived in ``benchmarks/suite_models.py``.
   scripts' device set, the CPU's name, a model's weight bytes, the copy bandwidth.
 """
 
+from ...devices import host_cpu_model as cpu_name  # the CPU the tables name
 from .architectures import (SUITE, bert_layer, efficientnet_block, gpt2_block, light,
                             llama_decode, mlp, mobilenet_v2, mobilenet_v3_block, recurrent, tcn,
                             unet, vit, wide_and_deep, yolo_detector)
 from .graph import OPSET, GraphBuilder, float_input, normal_array, strip_initializer_inputs
 from .harness import (add_ab_args, alternating_best, copy_bandwidth_gbs, cpu_devices,
-                      cpu_name, ort_cpu_session, suite_case, weight_bytes)
+                      ort_cpu_session, suite_case, weight_bytes)
 
 __all__ = ["GraphBuilder", "OPSET", "SUITE", "add_ab_args", "alternating_best", "bert_layer",
            "copy_bandwidth_gbs", "cpu_devices", "cpu_name", "efficientnet_block", "float_input",

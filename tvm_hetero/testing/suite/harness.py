@@ -92,16 +92,6 @@ def alternating_best(session, feed, builds: dict, inputs, rounds: int, repeat: i
     return best
 
 
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else ``unknown CPU``."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def weight_bytes(proto: onnx.ModelProto) -> int:
