@@ -26,6 +26,7 @@ import tempfile
 import time
 
 from tvm_hetero.target import cuda_multiprocessors
+from tvm_hetero.testing.scheduled import estimated_flops, is_depthwise, keep_scheduled
 from tvm_hetero.testing.suite import SUITE
 
 CUDA = "cuda@sm_90"
@@ -33,13 +34,6 @@ NOT_GEMM = ("dlight.gpu.Fallback", "dlight.gpu.GeneralReduction")
 HEAVY_KINDS = ("conv2d", "depthwise", "matmul", "pooling")
 MAX_WORK = 1.3
 MIN_MFLOP_FOR_SMS = 10.0
-
-
-def _flops(func) -> float:
-    import tvm
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    return float(estimate_tir_flops(tvm.IRModule({"main": func})))
 
 
 def _blocks(func) -> int:
@@ -62,14 +56,6 @@ def _blocks(func) -> int:
     for extent in extents.values():
         count *= extent
     return count
-
-
-def _is_depthwise(func) -> bool:
-    """A convolution whose weight has one input channel per group and several outputs."""
-    shapes = [param.ty.shape for param in func.params
-              if getattr(param.ty, "shape", None) is not None]
-    return len(shapes) > 1 and len(shapes[1]) == 4 and int(shapes[1][1]) == 1 \
-        and int(shapes[1][0]) > 1
 
 
 def nvcc_resources(source: str) -> dict[str, dict[str, int]]:
@@ -107,7 +93,6 @@ def nvcc_resources(source: str) -> dict[str, dict[str, int]]:
 
 def census(model, with_nvcc: bool) -> tuple[list[dict], float]:
     """Every CUDA kernel of `model` built all on cuda: a row per kernel; the build seconds."""
-    import tvm
 
     import tvm_hetero as th
     from tvm_hetero.classify import classify_bindings, kernel_kind
@@ -116,16 +101,9 @@ def census(model, with_nvcc: bool) -> tuple[list[dict], float]:
     devices = th.DeviceSet.parse([CUDA])
     layers = th.extract_layers(model, th.PrepareConfig.for_devices(devices))
     placement = th.Placement.all_on(layers, "cuda")
-    scheduled = {}
-
-    @tvm.transform.module_pass(opt_level=0, name="KeepScheduled")
-    def keep_scheduled(mod, _ctx):
-        scheduled.update((gv.name_hint, func) for gv, func in mod.functions_items()
-                         if isinstance(func, tvm.tirx.PrimFunc))
-        return mod
-
+    scheduled: dict = {}
     start = time.perf_counter()
-    compiled = th.build(model, placement, devices, extra_passes=[keep_scheduled])
+    compiled = th.build(model, placement, devices, extra_passes=[keep_scheduled(scheduled)])
     build_s = time.perf_counter() - start
     resources: dict[str, dict[str, int]] = {}
     if with_nvcc:
@@ -143,12 +121,12 @@ def census(model, with_nvcc: bool) -> tuple[list[dict], float]:
             continue
         func = mod[binding.value.args[0]]
         kind = kernel_kind(func, name)
-        kind = "depthwise" if kind == "conv2d" and _is_depthwise(func) else kind
+        kind = "depthwise" if kind == "conv2d" and is_depthwise(func) else kind
         kernel_resources = {k: v for k, v in resources.items()
                             if k == f"{name}_kernel" or k.startswith(f"{name}_kernel")}
         rows.append(dict(
             kernel=name, kind=kind, rule=compiled.stats.rules.get(name),
-            mflop=_flops(func) / 1e6, scheduled_mflop=_flops(scheduled[name]) / 1e6,
+            mflop=estimated_flops(func) / 1e6, scheduled_mflop=estimated_flops(scheduled[name]) / 1e6,
             blocks=_blocks(scheduled[name]),
             registers=max((r["registers"] for r in kernel_resources.values()), default=None),
             spill_bytes=sum(r["spill_bytes"] for r in kernel_resources.values()),

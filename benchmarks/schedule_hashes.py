@@ -15,39 +15,28 @@ import argparse
 import json
 import sys
 
+from tvm_hetero.testing.scheduled import keep_scheduled
 from tvm_hetero.testing.suite import SUITE
 
 DEVICES = ("cpu", "cuda")
 
 
-class _Scheduled(Exception):
-    """Raised by the recording pass: the build stops once the kernels are scheduled."""
-
-
 def kernel_hashes(model, device: str) -> dict[str, str]:
     """``{kernel: structural hash}`` of `model` built all on `device` (``cpu`` or ``cuda``,
     for sm_90), taken after scheduling."""
-    import tvm
     import tvm_ffi
 
     import tvm_hetero as th
 
-    hashes: dict[str, str] = {}
-
-    @tvm.transform.module_pass(opt_level=0, name="RecordSchedules")
-    def record(mod, _ctx):
-        for gvar, func in mod.functions.items():
-            if isinstance(func, tvm.tirx.PrimFunc):
-                hashes[gvar.name_hint] = f"{tvm_ffi.structural_hash(func):016x}"
-        raise _Scheduled()
-
+    scheduled: dict = {}
     devices = ["cpu"] if device == "cpu" else ["cpu", "cuda@sm_90"]
     try:
-        th.build(model, f"all:{device}", devices, extra_passes=[record])
+        th.build(model, f"all:{device}", devices,
+                 extra_passes=[keep_scheduled(scheduled, stop=True)])
     except th.BuildError:
-        if not hashes:
+        if not scheduled:
             raise
-    return hashes
+    return {name: f"{tvm_ffi.structural_hash(func):016x}" for name, func in scheduled.items()}
 
 
 def main() -> None:

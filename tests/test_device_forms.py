@@ -213,8 +213,7 @@ def test_census_all_cuda_no_kernel_in_a_cpu_form(model_name):
     them; the depthwise one computes ~60x its work), and dlight's fixed matmul tile pads
     small channel counts (up to 4.7x the work on the zoo ResNet's 3- and 16-channel layers),
     hence a bound of 8x here, not item 3's 1.3x."""
-    import tvm
-    from tvm.s_tir.analysis import estimate_tir_flops
+    from tvm_hetero.testing.scheduled import estimated_flops, is_depthwise, keep_scheduled
 
     if model_name == "resnet":
         model = zoo("resnet")
@@ -223,27 +222,15 @@ def test_census_all_cuda_no_kernel_in_a_cpu_form(model_name):
     devices = th.DeviceSet.parse([CUDA])
     layers = th.extract_layers(model, PrepareConfig.for_devices(devices))
     placement = th.Placement.all_on(layers, "cuda")
-    scheduled = {}
-
-    @tvm.transform.module_pass(opt_level=0, name="keep_scheduled")
-    def keep_scheduled(mod, _ctx):
-        scheduled.update((gv.name_hint, func) for gv, func in mod.functions_items()
-                         if isinstance(func, tvm.tirx.PrimFunc))
-        return mod
-
-    compiled = th.build(model, placement, devices, extra_passes=[keep_scheduled])
+    scheduled: dict = {}
+    compiled = th.build(model, placement, devices, extra_passes=[keep_scheduled(scheduled)])
     mod = placed_module(model, devices, placement)
-
-    def flops(func):
-        return float(estimate_tir_flops(tvm.IRModule({"main": func})))
 
     census = {}
     for layer in th.extract_layers(mod):
         func = mod[mod.get_global_var(layer.func_name)]
-        depthwise = layer.kind == "conv2d" and any(
-            len(shape) == 4 and int(shape[1]) == 1 and int(shape[0]) > 1
-            for shape in _buffer_shapes(func)[1:2])
-        work = flops(scheduled[layer.func_name]) / max(flops(func), 1.0)
+        depthwise = layer.kind == "conv2d" and is_depthwise(func)
+        work = estimated_flops(scheduled[layer.func_name]) / max(estimated_flops(func), 1.0)
         census[layer.name] = (layer.kind, depthwise, compiled.stats.rules[layer.func_name],
                               _cpu_forms(func, layer.op_kinds), round(work, 2))
     assert all(not forms for _, _, _, forms, _ in census.values()), census

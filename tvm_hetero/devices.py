@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any, Iterable
 
 from .errors import DeviceError, error_message
-from .target import cuda_target
+from .target import cuda_target, present_gpu
 
 logger = logging.getLogger(__name__)
 
@@ -131,14 +131,9 @@ def host_target_dict() -> dict[str, Any]:
 def _cuda_arch(index: int, text: str) -> str:
     """The sm_XY arch of GPU `index` when one is present, else ``DEFAULT_CUDA_ARCH``, said in
     one warning line (the device string `text` names the device in it)."""
-    import tvm
-
-    try:
-        dev = tvm.cuda(index)
-        if tvm.runtime.enabled("cuda") and dev.exist:
-            return "sm_" + str(dev.compute_version).replace(".", "")
-    except Exception:  # no CUDA driver: compile for the default arch
-        pass
+    device = present_gpu(index)
+    if device is not None:
+        return "sm_" + str(device.compute_version).replace(".", "")
     logger.warning("device %r: no GPU %d here to read the architecture from; compiling for "
                    "%s (give %s@sm_XY to choose another)", text, index, DEFAULT_CUDA_ARCH,
                    text.split("@")[0])

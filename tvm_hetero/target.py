@@ -108,17 +108,25 @@ def cuda_target(arch: str) -> dict:
     return target
 
 
+def present_gpu(index: int):
+    """TVM's device for CUDA GPU `index` when this runtime has CUDA and that GPU exists, else
+    None (no driver, no such GPU)."""
+    try:
+        import tvm
+
+        device = tvm.cuda(index)
+        if tvm.runtime.enabled("cuda") and device.exist:
+            return device
+    except Exception:  # noqa: BLE001 (no CUDA driver)
+        pass
+    return None
+
+
 def cuda_multiprocessors(arch: str, index: int | None = None) -> int | None:
     """Streaming multiprocessors of GPU `index` when one is present, else those of `arch` in
     :data:`CUDA_LIMITS` (None for an arch not there)."""
-    if index is not None:
-        try:
-            import tvm
-
-            device = tvm.cuda(index)
-            if tvm.runtime.enabled("cuda") and device.exist:
-                return int(device.multi_processor_count)
-        except Exception:  # noqa: BLE001 (no CUDA driver: the table's figure)
-            pass
+    device = present_gpu(index) if index is not None else None
+    if device is not None:
+        return int(device.multi_processor_count)
     limits = CUDA_LIMITS.get(arch)
     return limits.multiprocessors if limits else None

@@ -19,7 +19,9 @@
   tvm_hetero.testing.suite import SUITE``);
 - :mod:`~tvm_hetero.testing.onnx_cases`: the onnx package's backend-test cases through ours and
   through plain TVM in worker processes, with verdicts (``benchmarks/onnx_model_cases.py``,
-  ``benchmarks/onnx_node_suite.py``; imported on its own).
+  ``benchmarks/onnx_node_suite.py``; imported on its own);
+- :mod:`~tvm_hetero.testing.scheduled`: a pass keeping a build's scheduled kernels, their
+  estimated FLOPs, depthwise convolutions (the GPU census, the schedule hashes, tests).
 """
 
 from .fakes import FakeBuilder, FakeRunner

@@ -70,7 +70,7 @@ class ReductionChains(Rule):
             return None
         extents = [loop_extent(sch, lp) for lp in spatial]
         if chunks_are_boxes(extents, REDUCTION_CHAINS):
-            found = _per_task_in_place(sch, block_rv, spatial, reduction, blocks[1:])
+            found = _per_task_in_place(sch, block_rv, spatial, extents, reduction, blocks[1:])
         else:
             found = _per_task_reindexed(sch, block_rv, extents, blocks[1:])
         if found is None:
@@ -98,7 +98,7 @@ def chunks_are_boxes(extents, chunk: int) -> bool:
     return True
 
 
-def _per_task_in_place(sch, block_rv, spatial, reduction, epilogue):
+def _per_task_in_place(sch, block_rv, spatial, extents, reduction, epilogue):
     """Chunks that are boxes: the accumulators cached in ``local`` in the output's shape, the
     spatial loops fused and split into tasks of `REDUCTION_CHAINS`; the copy out and the
     epilogue blocks elementwise on the output computed per task (each task's region of the
@@ -108,7 +108,6 @@ def _per_task_in_place(sch, block_rv, spatial, reduction, epilogue):
     follow."""
     from tvm import s_tir
 
-    extents = [loop_extent(sch, loop) for loop in spatial]
     accumulate = sch.cache_write(block_rv, 0, "local")
     fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
     tasks, chains = sch.split(fused, [None, REDUCTION_CHAINS])
