@@ -1,12 +1,12 @@
-"""TVM dlight's rules as table rules: the GPU column of the table, and two CPU rules."""
+"""TVM dlight's rules as table rules: its GPU rules, and the CPU reduction rule."""
 
 from __future__ import annotations
 
 import logging
 
-from ..classify import LAYER_KINDS
-from ..errors import error_message
-from .rule import Rule
+from ...classify import LAYER_KINDS
+from ...errors import error_message
+from ..rule import Rule
 
 logger = logging.getLogger(__name__)
 
