@@ -92,6 +92,24 @@ def test_hang_and_crash_are_outcomes():
     assert outcomes["ok"].status == "pass"  # the pool goes on after both
 
 
+# nonzero floats in a fresh 4 MB TVM buffer (past malloc's mmap threshold: fresh zero pages
+# unless glibc perturbs them), as an expression a worker evaluates (a builtin pickles there)
+NONZERO_IN_A_FRESH_TVM_BUFFER = (
+    "int(__import__('numpy').count_nonzero(__import__('tvm').runtime.empty("
+    "(1 << 20,), 'float32', __import__('tvm').cpu()).numpy()))")
+
+
+@pytest.mark.parametrize("dirty", [True, False])
+def test_workers_allocate_dirty_memory(dirty):
+    # an output a kernel leaves partly unwritten reads garbage in the workers, not zeros
+    # (generated graph 1955 passed in a fresh process: its unwritten pad row read 0)
+    before = os.environ.get("MALLOC_PERTURB_")
+    with Fuzzer(jobs=1, dirty_memory=dirty) as fuzzer:
+        nonzero = fuzzer._executor().submit(eval, NONZERO_IN_A_FRESH_TVM_BUFFER).result()
+    assert (nonzero == 1 << 20) if dirty else nonzero == 0
+    assert os.environ.get("MALLOC_PERTURB_") == before  # restored for later subprocesses
+
+
 def test_rules_are_observed_through_the_build_hooks():
     """Ours is observed through ``build``'s public hooks, not patched: a rules-only run stops
     once the kernels are scheduled (no build time, no code generation) and names the rules

@@ -12,6 +12,10 @@ from .outcomes import RUNS, GraphResult, Outcome, one_line, onnxruntime_outputs
 from .reduction import Reduction, cut_at, deletions, keep_outputs, used_inputs
 from .workers import run_ours, run_plain_tvm
 
+# glibc fills each block malloc returns with this byte (XOR 0xff) and each freed block with it
+MALLOC_PERTURB_ENV = "MALLOC_PERTURB_"
+MALLOC_PERTURB_BYTE = "165"
+
 
 class Fuzzer:
     """Runs generated graphs (or any ONNX model) through ours and plain TVM in worker
@@ -31,17 +35,26 @@ class Fuzzer:
         Where the workers' stdout and stderr go (default: discarded).
     work_dir : str, optional
         A folder for the kernel-progress files that name the kernel of a hang.
+    dirty_memory : bool
+        Start the workers with glibc's ``MALLOC_PERTURB_`` set (default True): every buffer
+        they allocate, TVM's included, starts filled with a nonzero byte pattern instead of
+        the zeros of fresh pages, so a kernel that leaves part of its output unwritten gives
+        a wrong answer here rather than passing by chance in a fresh process (generated
+        graph 1955: a pad's row never written read 0, right for a zero pad).
     """
 
     def __init__(self, jobs: int = 1, timeout_s: float = 60.0, *, strict_rules: bool = False,
-                 log_path: str | None = None, work_dir: str | None = None):
+                 log_path: str | None = None, work_dir: str | None = None,
+                 dirty_memory: bool = True):
         self.jobs = jobs
+        self.dirty_memory = dirty_memory
         self.timeout_s = timeout_s
         self.strict_rules = strict_rules
         self.log_path = log_path
         self.work_dir = work_dir
         self._pool = None
         self._log = None
+        self._saved_perturb = None
 
     # -- workers ---------------------------------------------------------------------------
     def _executor(self):
@@ -49,6 +62,13 @@ class Fuzzer:
             from tvm.support.popen_pool import PopenPoolExecutor
 
             self._log = open(self.log_path or os.devnull, "a")
+            # the workers start lazily and inherit os.environ then: it stays set until close
+            # (glibc reads it at a process's start, so this process is unaffected)
+            self._saved_perturb = os.environ.get(MALLOC_PERTURB_ENV)
+            if self.dirty_memory:
+                os.environ[MALLOC_PERTURB_ENV] = MALLOC_PERTURB_BYTE
+            else:
+                os.environ.pop(MALLOC_PERTURB_ENV, None)
             self._pool = PopenPoolExecutor(max_workers=self.jobs, timeout=self.timeout_s,
                                            stdout=self._log, stderr=self._log)
         return self._pool
@@ -58,6 +78,10 @@ class Fuzzer:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+            if self._saved_perturb is None:
+                os.environ.pop(MALLOC_PERTURB_ENV, None)
+            else:
+                os.environ[MALLOC_PERTURB_ENV] = self._saved_perturb
         if self._log is not None:
             self._log.close()
             self._log = None
