@@ -15,7 +15,7 @@ from tvm_hetero.cli.main import main, make_parser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
-MAX_LINES = 180
+MAX_LINES = 200
 
 
 def _text() -> str:

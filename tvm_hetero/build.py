@@ -23,7 +23,7 @@ from .annotate import AnnotateDevice, used_devices
 from .devices import DeviceSet, host_target_dict, use_every_cpu_thread
 from .errors import BuildError, error_message
 from .frontend import load_model
-from .layered import layered_module, placed_module
+from .layered import cpu_only_on_a_cpu, layered_module, placed_module
 from .layers import extract_layers
 from .optimize import RuleTable, schedule_passes
 from .optimize.metaschedule import KernelTuningDatabase
@@ -290,6 +290,8 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     stats.prepare_s = time.perf_counter() - start
 
     start = time.perf_counter()
+    # index checks run on a CPU wherever they are placed (the meta records where they ran)
+    placement = cpu_only_on_a_cpu(placement, layered, devices)
     annotated = AnnotateDevice(placement, devices, lift_weights=True)(layered)
     annotated = relax.transform.RealizeVDevice()(annotated)
     main = annotated["main"]

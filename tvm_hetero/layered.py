@@ -85,3 +85,52 @@ def placed_module(model, devices, placement):
         log("%s: every layer runs the CPU forms (their layers do not match the "
                        "model's own form: %s)", model.name, err)
         return forms.cpu_form()
+
+
+def cpu_only_layers(mod) -> set[str]:
+    """Names of the layers of a layered module that only a CPU can run: the frontend's
+    run-time index checks (an ``assert`` per index, raised as the VM call's error: a GPU
+    kernel has no such error path, and the check written for the host would read device
+    memory from the host)."""
+    from .classify import classify_bindings
+    from .frontend.onnx.index_guard import BOUNDS_PARAM_ATTR
+
+    names = set()
+    for binding, info in classify_bindings(mod):
+        if info is None:
+            continue
+        attrs = mod[binding.value.args[0]].attrs
+        if attrs is not None and BOUNDS_PARAM_ATTR in attrs:
+            names.add(info.name)
+    return names
+
+
+def first_cpu(devices):
+    """The first CPU device of a :class:`~tvm_hetero.DeviceSet` (None when it has none)."""
+    return next((device for device in devices if device.family == "cpu"), None)
+
+
+def cpu_only_on_a_cpu(placement, mod, devices):
+    """`placement` with the layers of `mod` that only a CPU can run (:func:`cpu_only_layers`)
+    moved from any other device to the set's first CPU (the same placement when none moves).
+
+    Raises
+    ------
+    PlacementError
+        When such a layer is placed off the CPU and the set has no CPU.
+    """
+    from .errors import PlacementError
+    from .placement import Placement
+
+    moved = sorted(name for name in cpu_only_layers(mod)
+                   if devices[placement[name]].family != "cpu")
+    if not moved:
+        return placement
+    cpu = first_cpu(devices)
+    if cpu is None:
+        raise PlacementError(f"layer {moved[0]} checks indices at run time, which only a CPU "
+                             f"can do: add a cpu device to the set ({', '.join(devices.names)})")
+    logger.info("%d index-check layer(s) placed on a GPU run on %s: %s", len(moved), cpu.name,
+                ", ".join(moved))
+    return Placement({**placement.assignment, **{name: cpu.name for name in moved}},
+                     placement.model, dict(placement.meta))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .devices import Device, DeviceSet
+from .errors import PlacementError
 from .optimize.kernel import kernel_for, time_kernel
 from .placement import Placement
 
@@ -144,7 +145,7 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
     progress : callable, optional
         Called with a message per device (the CLI shows it).
     """
-    from .layered import placed_module
+    from .layered import cpu_only_layers, first_cpu, placed_module
     from .layers import extract_layers
     from .placement import Placement
     from .relax_ir import bounded_kernel, upper_bounds
@@ -163,13 +164,19 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
         # each layer in the form of the device (its kernel differs, its name does not)
         mod = placed_module(model, devices, Placement.all_on(layers, device.name))
         bounds = upper_bounds(mod)  # shapes that depend on input values: timed at their bounds
+        # index checks run on a CPU wherever they are placed (build): timed there
+        cpu_only = cpu_only_layers(mod) if device.family != "cpu" else set()
         cache: dict[str, float] = {}
         for layer in extract_layers(mod):
             if layer.name not in layer_ms:
                 continue
             if layer.func_name not in cache:
                 func = bounded_kernel(mod[mod.get_global_var(layer.func_name)], bounds)
-                cache[layer.func_name] = time_kernel(*kernel_for(func, device), device)
+                runs_on = first_cpu(devices) if layer.name in cpu_only else device
+                if runs_on is None:
+                    raise PlacementError(f"layer {layer.name} checks indices at run time, "
+                                         f"which only a CPU can do: add a cpu device")
+                cache[layer.func_name] = time_kernel(*kernel_for(func, runs_on), runs_on)
             layer_ms[layer.name][device.name] = cache[layer.func_name]
     transfer = {(a.name, b.name): measure_transfer(a, b)
                 for a in devices for b in devices if a.name != b.name}

@@ -22,6 +22,9 @@
   ``benchmarks/onnx_node_suite.py``; imported on its own);
 - :mod:`~tvm_hetero.testing.scheduled`: a pass keeping a build's scheduled kernels, their
   estimated FLOPs, depthwise convolutions (the GPU census, the schedule hashes, tests).
+- :mod:`~tvm_hetero.testing.recommendation`: a DLRM-like model (large embedding tables, dense
+  layers) with seeded inputs, for a CPU + GPU placement under a GPU memory cap
+  (``tutorials/cpu_and_gpu.py``, ``benchmarks/gpu_check.py``; imported on its own).
 """
 
 from .fakes import FakeBuilder, FakeRunner
