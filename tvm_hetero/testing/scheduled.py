@@ -46,4 +46,22 @@ def is_depthwise(func) -> bool:
         and int(shapes[1][0]) > 1
 
 
-__all__ = ["ScheduledOnly", "estimated_flops", "is_depthwise", "keep_scheduled"]
+def unscheduled_kernels(model, devices, placement) -> dict:
+    """The kernels of `model` placed by `placement` as they are before scheduling
+    (``{name: PrimFunc}``, the names of :func:`keep_scheduled`'s): each layer's kernel in the
+    form of its device (:func:`~tvm_hetero.layered.placed_module`), the ones
+    :func:`~tvm_hetero.classify.classify_bindings` calls kernels (form kernels included)."""
+    from ..classify import classify_bindings
+    from ..layered import placed_module
+
+    mod = placed_module(model, devices, placement)
+    kernels = {}
+    for binding, info in classify_bindings(mod):
+        if info is not None:
+            gvar = binding.value.args[0]
+            kernels.setdefault(gvar.name_hint, mod[gvar])
+    return kernels
+
+
+__all__ = ["ScheduledOnly", "estimated_flops", "is_depthwise", "keep_scheduled",
+           "unscheduled_kernels"]
