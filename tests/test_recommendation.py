@@ -113,7 +113,11 @@ def test_index_checks_placed_on_the_gpu_run_on_the_cpu(small):
     assert "__global__" in cuda_source and "index_guard" not in cuda_source
 
 
-def test_index_checks_need_a_cpu_in_the_set(small):
-    _, _, model, _, layers = small
-    with pytest.raises(th.PlacementError, match="checks indices at run time.*add a cpu"):
-        th.build(model, th.Placement.all_on(layers, "cuda"), [CUDA])
+def test_index_checks_of_a_set_without_a_cpu_run_on_the_host(small):
+    _, feed, model, _, layers = small
+    compiled = th.build(model, th.Placement.all_on(layers, "cuda"), [CUDA])
+    assert compiled.devices.names == ["cuda", "cpu"]  # the host CPU joins for the checks
+    checks = [layer.name for layer in layers if layer.name.startswith("index_guard_")]
+    assert checks and all(compiled.placement[name] == "cpu" for name in checks)
+    assert all(compiled.placement[layer.name] == "cuda" for layer in layers
+               if layer.name not in checks)

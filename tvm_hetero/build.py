@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from . import cuda_cache
 from ._native import native_log_to_logging
 from .annotate import AnnotateDevice, used_devices
 from .devices import DeviceSet, host_target_dict, use_every_cpu_thread
@@ -207,6 +208,11 @@ class BuildStats:
     # ``kernel_cache=KernelCache()`` to see which kernels' code generation is slow
     # (:meth:`slowest_kernels`).
     kernel_compile_s: dict[str, float] = field(default_factory=dict)
+    # CUDA modules compiled to a binary during this build, and those found in the disk cache
+    # (:mod:`tvm_hetero.cuda_cache`). Both stay 0 where no CUDA runtime is present: the
+    # library then carries CUDA source, compiled when it is loaded on a GPU machine.
+    cuda_compiles: int = 0
+    cuda_cache_hits: int = 0
 
     @property
     def total_s(self) -> float:
@@ -284,14 +290,15 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     if isinstance(placement, str):
         placement = Placement.parse(placement, layers)
     placement.validate(layers, devices)
+    # index checks run on a CPU wherever they are placed (the meta records where they ran;
+    # a set without a CPU gains the host's)
+    placement, devices = cpu_only_on_a_cpu(placement, layered, devices)
     # each layer in the form of its device (the same layer names): docs/design.md
     layered = placed_module(model, devices, placement)
     devices = used_devices(placement, devices)
     stats.prepare_s = time.perf_counter() - start
 
     start = time.perf_counter()
-    # index checks run on a CPU wherever they are placed (the meta records where they ran)
-    placement = cpu_only_on_a_cpu(placement, layered, devices)
     annotated = AnnotateDevice(placement, devices, lift_weights=True)(layered)
     annotated = relax.transform.RealizeVDevice()(annotated)
     main = annotated["main"]
@@ -333,10 +340,16 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
                        + (", ..." if len(tuning.stale) > 5 else ""))
 
     start = time.perf_counter()
+    # compiled CUDA comes from the disk cache where a CUDA runtime compiles it at build time
+    cuda = cuda_cache.install() if any(d.kind == "cuda" for d in devices) else None
+    before = cuda.snapshot() if cuda is not None else None
     try:
         executable, libs = _link_per_target(lowered, host, kernel_cache, stats=stats)
     except Exception as err:
         raise BuildError(f"code generation failed: {error_message(err)}") from err
+    if cuda is not None:
+        done = cuda.snapshot().since(before)
+        stats.cuda_compiles, stats.cuda_cache_hits = done.compiles, done.hits
     stats.codegen_s = time.perf_counter() - start
     logger.info("built %s for %s in %.2fs", model.name, ", ".join(devices.names), stats.total_s)
     return CompiledModel(executable, meta, devices, model.inputs, placement, libs=libs,

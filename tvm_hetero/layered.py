@@ -105,32 +105,36 @@ def cpu_only_layers(mod) -> set[str]:
     return names
 
 
-def first_cpu(devices):
-    """The first CPU device of a :class:`~tvm_hetero.DeviceSet` (None when it has none)."""
-    return next((device for device in devices if device.family == "cpu"), None)
+def host_cpu(devices):
+    """The device index checks run on for a :class:`~tvm_hetero.DeviceSet`: its first CPU, or
+    when it has none the host CPU (``cpu``, or ``host`` where a device of the set is called
+    ``cpu``), which every CUDA executable has anyway."""
+    from .devices import parse_device
+
+    found = next((device for device in devices if device.family == "cpu"), None)
+    if found is not None:
+        return found
+    host = parse_device("cpu")
+    if host.name in devices.names:
+        host = parse_device("host=cpu")
+    return host
 
 
 def cpu_only_on_a_cpu(placement, mod, devices):
     """`placement` with the layers of `mod` that only a CPU can run (:func:`cpu_only_layers`)
-    moved from any other device to the set's first CPU (the same placement when none moves).
-
-    Raises
-    ------
-    PlacementError
-        When such a layer is placed off the CPU and the set has no CPU.
-    """
-    from .errors import PlacementError
+    moved from any other device to :func:`host_cpu`, and the device set extended with it
+    where it was not in it: ``(placement, devices)``, both unchanged when none moves."""
+    from .devices import DeviceSet
     from .placement import Placement
 
     moved = sorted(name for name in cpu_only_layers(mod)
                    if devices[placement[name]].family != "cpu")
     if not moved:
-        return placement
-    cpu = first_cpu(devices)
-    if cpu is None:
-        raise PlacementError(f"layer {moved[0]} checks indices at run time, which only a CPU "
-                             f"can do: add a cpu device to the set ({', '.join(devices.names)})")
-    logger.info("%d index-check layer(s) placed on a GPU run on %s: %s", len(moved), cpu.name,
-                ", ".join(moved))
-    return Placement({**placement.assignment, **{name: cpu.name for name in moved}},
-                     placement.model, dict(placement.meta))
+        return placement, devices
+    cpu = host_cpu(devices)
+    if cpu.name not in devices.names:
+        devices = DeviceSet([*devices, cpu])
+    logger.info("%d index-check layer(s) placed off the CPU run on %s: %s", len(moved),
+                cpu.name, ", ".join(moved))
+    return (Placement({**placement.assignment, **{name: cpu.name for name in moved}},
+                      placement.model, dict(placement.meta)), devices)

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from .devices import Device, DeviceSet
-from .errors import PlacementError
 from .optimize.kernel import kernel_for, time_kernel
 from .placement import Placement
 
@@ -145,7 +144,7 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
     progress : callable, optional
         Called with a message per device (the CLI shows it).
     """
-    from .layered import cpu_only_layers, first_cpu, placed_module
+    from .layered import cpu_only_layers, host_cpu, placed_module
     from .layers import extract_layers
     from .placement import Placement
     from .relax_ir import bounded_kernel, upper_bounds
@@ -172,10 +171,7 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
                 continue
             if layer.func_name not in cache:
                 func = bounded_kernel(mod[mod.get_global_var(layer.func_name)], bounds)
-                runs_on = first_cpu(devices) if layer.name in cpu_only else device
-                if runs_on is None:
-                    raise PlacementError(f"layer {layer.name} checks indices at run time, "
-                                         f"which only a CPU can do: add a cpu device")
+                runs_on = host_cpu(devices) if layer.name in cpu_only else device
                 cache[layer.func_name] = time_kernel(*kernel_for(func, runs_on), runs_on)
             layer_ms[layer.name][device.name] = cache[layer.func_name]
     transfer = {(a.name, b.name): measure_transfer(a, b)

@@ -2,7 +2,9 @@
 
 :func:`tvm_hetero.build` makes a :class:`CompiledModel`; :func:`load` reads one back from the
 ``.so`` it exported. The executable describes itself (``hetero_meta()``: its devices, inputs,
-their devices, the placement), so a loaded one runs like a built one. Nothing here compiles.
+their devices, the placement), so a loaded one runs like a built one. Nothing here compiles, but
+TVM compiles the CUDA source a library built without a GPU carries when it loads it on a GPU
+machine: :func:`load` puts the disk cache of :mod:`tvm_hetero.cuda_cache` in front of that.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import cuda_cache
 from .annotate import WEIGHTS_FUNC
 from .devices import DeviceSet, use_every_cpu_thread
 from .errors import BuildError, DeviceError, InputError, ModelError, error_message
@@ -205,6 +208,7 @@ def load(path: str | os.PathLike,
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ModelError(f"compiled model not found: {path}")
+    cuda_cache.install()  # CUDA source in the library compiles at load, once per source
     try:
         module = tvm.runtime.load_module(path)
     except Exception as err:
