@@ -158,7 +158,8 @@ def census(model, arch: str = "sm_90", with_nvcc: bool = True) -> tuple[list[Ker
                     resources.update(nvcc_resources(imported.inspect_source(), arch))
     rows = []
     for name, func in unscheduled_kernels(model, devices, placement).items():
-        if name not in scheduled:
+        target = scheduled[name].attrs.get("target") if name in scheduled else None
+        if target is None or target.kind.name != "cuda":  # index checks run on the host
             continue
         kind = kernel_kind(func, name)
         kind = "depthwise" if kind == "conv2d" and is_depthwise(func) else kind
