@@ -28,6 +28,7 @@ from .choices import Choices
 from .choices import active as active_choices
 from .cpu.fast_math import fast_math
 from .gpu import GPU_RULE_NAMES
+from .gpu.limits import within_gpu_limits
 from .repack import repack_weight_arguments
 from .rule import family_of
 from .table import RuleTable, resolve_table
@@ -73,6 +74,11 @@ def optimize_function(func, target, name: str = "main", rules: RuleTable | None 
             logger.warning("rule %s raised on kernel %s, trying the next rule: %s",
                            rule.name, name, error_message(err))
             continue
+        if scheduled is not None and family != "cpu" \
+                and not within_gpu_limits(scheduled, target):
+            logger.info("rule %s's kernel %s exceeds the GPU's limits (shared memory, threads "
+                        "or registers per block); trying the next rule", rule.name, name)
+            scheduled = None
         if scheduled is not None:
             if choices is not None:
                 choices.commit()
