@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q
 PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: install demo test test-slow test-all tutorials benchmarks clean
+.PHONY: install demo test test-slow test-all tutorials benchmarks gpu-bundle clean
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ test-slow: $(STAMP)
 test-all: $(STAMP)
 	$(PYTEST) $(PARALLEL) -m "not serial"
 	$(PYTEST) -m serial
+
+# what a call to a lent GPU machine carries: out/gpu_bundle/carry (~32 MiB; minutes to build)
+gpu-bundle: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py build --bundle out/gpu_bundle
 
 tutorials: $(STAMP)
 	$(PYTEST) tests/test_tutorials.py

@@ -1,263 +1,171 @@
-"""Check tvm_hetero's CUDA path end to end on a machine with one NVIDIA GPU, in one command.
+"""Check tvm_hetero's CUDA path on a lent GPU machine: built here, run there with TVM's runtime.
 
-It probes `cpu` + `cuda`, profiles and tunes `zoo:resnet` over them, checks it and ResNet-50
-against onnxruntime, and prints a table.
+The GPU machine (one H200, 16 CPU cores, PyTorch, no TVM) gets what fits the 64 MiB a call
+carries: TVM's runtime without its compiler, the tvm-ffi wheel, and a bundle of libraries
+built here. So the check has two halves:
 
-    python benchmarks/gpu_check.py [--models resnet,resnet50] [--trials 8] [--workdir DIR]
-    python benchmarks/gpu_check.py --no-tune ""  # tune ResNet-50 too (well past 8 minutes)
-    python benchmarks/gpu_check.py --dry-run     # no GPU needed: build and export only
+    python benchmarks/gpu_check.py build [--bundle out/gpu_bundle]   # here, no GPU (minutes)
+    bash benchmarks/gpu_check.sh out/gpu_bundle/carry                # there: unpack, run
+    python benchmarks/gpu_check.py run --bundle DIR                  # what gpu_check.sh runs
+    python benchmarks/gpu_check.py --dry-run [--workdir DIR]         # no GPU: both halves, small
 
-Per model the table gives the all-`cpu`, all-`cuda` and third placement's latencies (re-timed
-here alternately in one process, best median of `--rounds` rounds), the third placement's
-layer split, the largest relative error of the three against onnxruntime (CPU provider), and
-onnxruntime's own latency on its CPU and, where this onnxruntime has it, CUDA provider. The
-third placement is the tuned best, or for the models in `--no-tune` every other layer on cuda.
+``build`` makes, for ResNet-50, a BERT-base layer, MobileNetV2 and a DLRM-like recommendation
+model (weights made periodic so that they compress), the all-cpu, all-cuda and cpu+cuda
+libraries (the split: the largest-weight layers on the CPU until the GPU's share fits a memory
+cap, the embedding tables of the recommendation model), onnxruntime's outputs, and the CUDA
+kernels compiled with nvcc for sm_90; then packs them with TVM's runtime into
+``BUNDLE/carry`` (``.tar.xz``, under 60 MiB). The CPU libraries are built twice, for
+x86-64-v4 (AVX-512) and x86-64-v3 (AVX2); ``run`` takes the one ``/proc/cpuinfo`` allows.
 
-ResNet-50 is not tuned by default: on one H200 (16 cores) every `cuda` build took 25-45 s
-(NVRTC), zoo:resnet's profile and 8-candidate tune 200 s, and ResNet-50's three builds 95 s;
-tuning ResNet-50 as well would take several minutes more.
+``run`` imports nothing that needs TVM's compiler: per model it checks every placement's
+output against onnxruntime, times the three and PyTorch (fp32, TF32 off, eager and CUDA graph,
+the models converted from the same ONNX files by onnx2torch) alternately, best median of the
+rounds, times the all-cuda build's kernels one by one through the VM's instrument and names
+the slowest kernel classes, and prints one table. Without a GPU it stops with one ``Error:``
+line (exit 2).
 
-Without a GPU it stops with one ``Error:`` line (exit 2). ``--dry-run`` builds the all-`cuda`
-and the alternating placement of each model for ``cuda@ARCH`` (default sm_90) and exports them,
-running nothing: a check of the CUDA build path on any machine.
+``--dry-run`` builds a small bundle (a small recommendation model, the CPU libraries for this
+CPU only), compiles its CUDA kernels, and runs ``run --cpu-only`` in a subprocess on TVM's
+runtime alone (the installed ``tvm`` copied without ``libtvm_compiler.so``), against a
+stand-in CUDA driver so that the CUDA libraries load and take their kernels from the bundle:
+the runner proven without a GPU and without the compiler.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
+import subprocess
 import sys
 import tempfile
 import time
 
-import tvm_hetero as th
-from tvm_hetero.testing import light_model, max_relative_error, onnx_reference
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 
-MODELS = ("resnet", "resnet50")
+from gpu_check_lib.runner import CheckError  # noqa: E402  (numpy only: safe without TVM)
 
-
-class CheckError(Exception):
-    """A condition that ends the check with one error line."""
-
-
-def gpu_present() -> bool:
-    """Whether TVM's runtime has CUDA and sees GPU 0."""
-    import tvm
-
-    try:
-        return bool(tvm.runtime.enabled("cuda")) and tvm.cuda(0).exist
-    except Exception:  # no driver at all
-        return False
+DEFAULT_BUNDLE = os.path.join("out", "gpu_bundle")
 
 
-def load(name: str) -> th.Model:
-    if name in th.ZOO:
-        return th.load_model(f"zoo:{name}")
-    return th.load_model(light_model(name), name=name)
+def cmd_build(args) -> int:
+    from gpu_check_lib import bundle as B
 
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    unknown = [n for n in names if n not in B.MODELS]
+    if unknown:
+        raise CheckError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(B.MODELS)}")
+    staging = os.path.join(args.bundle, "staging")
+    if os.path.exists(staging) and not args.reuse:
+        import shutil
 
-def split_text(placement: th.Placement, devices: th.DeviceSet) -> str:
-    counts = {name: 0 for name in devices.names}
-    for device in placement.assignment.values():
-        counts[device] += 1
-    return ", ".join(f"{name} {count}" for name, count in counts.items())
-
-
-def onnxruntime_ms(onnx_model, inputs: dict, provider: str, rounds: int) -> float | None:
-    """Median latency of onnxruntime with one execution provider (None when it lacks it)."""
-    import onnxruntime as ort
-
-    if provider not in ort.get_available_providers():
-        return None
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(onnx_model.SerializeToString(), options,
-                                   providers=[provider])
-    if provider not in session.get_providers():
-        return None
-    summary = th.time_function(lambda: session.run(None, inputs), warmup=3,
-                               repeat=10 * rounds)
-    return summary.median
-
-
-def dry_run(names: list[str], arch: str, workdir: str) -> None:
-    """Build the all-cuda and a half-cuda placement of each model and export them."""
-    devices = th.DeviceSet.parse(["cpu", f"cuda@{arch}"])
-    cuda = devices.names[1]
-    print(f"dry run: building for cpu + {cuda} ({arch}), running nothing")
-    for name in names:
-        model = load(name)
-        layers = th.extract_layers(model)
-        for label, placement in [("all-cuda", th.Placement.all_on(layers, cuda)),
-                                 ("half-cuda", alternate_split(layers, cuda))]:
-            start = time.perf_counter()
-            compiled = th.build(model, placement, devices)
-            path = compiled.export_library(os.path.join(workdir, f"{name}_{label}.so"))
-            split = split_text(placement, devices)
-            print(f"{name:<10} {label:<10} {len(layers):>3} layers ({split}): "
-                  f"built and exported in {time.perf_counter() - start:.1f} s "
-                  f"({os.path.getsize(path) / 2**20:.1f} MiB)")
-
-
-def alternate_split(layers, gpu: str) -> th.Placement:
-    """Every other layer on the GPU, the rest on the CPU: many copies each way."""
-    return th.Placement({layer.name: gpu if index % 2 else "cpu"
-                         for index, layer in enumerate(layers)})
-
-
-def profile_and_tune(model, layers, devices: th.DeviceSet, args, model_dir: str,
-                     row: dict) -> th.Placement:
-    """Profile the layers on every device, tune the placement; returns the best one."""
-    name = model.name
-    os.makedirs(model_dir, exist_ok=True)
-    start = time.perf_counter()  # tune reuses this profile (same path)
-    profile = th.profile_model(model, layers, devices, os.path.join(model_dir, "profile.json"))
-    sums = {dev: sum(profile.layer_ms[layer.name][dev] for layer in layers)
-            for dev in devices.names}
-    print(f"  {name}: profiled {len(layers)} layers in {time.perf_counter() - start:.0f} s; "
-          + ", ".join(f"sum of layer ms on {dev} {ms:.3f}" for dev, ms in sums.items()),
-          flush=True)
+        shutil.rmtree(staging)
     start = time.perf_counter()
-    result = th.tune(model, devices, trials=args.trials, workdir=model_dir, threshold=8,
-                     batch_size=4, time_budget_s=args.tune_budget_s)
-    row["tune_s"] = time.perf_counter() - start
-    failed = [trial for trial in result.trials if not trial.result.ok]
-    for trial in failed:
-        print(f"  {name} candidate failed: {trial.source}: {trial.result.error.value} "
-              f"{trial.result.message[:200]}")
-    if result.placement is None:
-        raise CheckError(f"{name}: no candidate ran correctly ({len(result.trials)} tried)")
-    row["split"] = split_text(result.placement, devices)
-    row["tune_ms"] = result.latency.median_ms
-    print(f"  {name}: tuned {len(result.trials)} candidates ({len(failed)} failed) in "
-          f"{row['tune_s']:.0f} s; best {row['tune_ms']:.3f} ms ({row['split']})", flush=True)
-    return result.placement
+    B.build_bundle(staging, [B.MODELS[n] for n in names], arch=args.arch,
+                   log=lambda line: print(line, flush=True), reuse=args.reuse)
+    if not args.no_pack:
+        B.pack(staging, os.path.join(args.bundle, "carry"),
+               log=lambda line: print(line, flush=True))
+    print(f"gpu_check build took {time.perf_counter() - start:.0f} s")
+    return 0
 
 
-def check_model(name: str, devices: th.DeviceSet, args, workdir: str) -> dict:
-    """Tune one model over the devices; time and verify all-cpu, all-cuda and the best."""
-    model = load(name)
-    layers = th.extract_layers(model)
-    inputs = model.random_inputs(seed=0)
-    reference = onnx_reference(model.onnx_model, inputs, model)
-    row: dict = {"model": name, "layers": len(layers), "tune_ms": None, "tune_s": None}
-    if name in args.no_tune:
-        best = alternate_split(layers, devices.names[1])
-        row["split"] = split_text(best, devices) + " (every other layer, not tuned)"
-    else:
-        best = profile_and_tune(model, layers, devices, args, os.path.join(workdir, name), row)
+def cmd_run(args) -> int:
+    from gpu_check_lib.runner import run_bundle
 
-    builds = {}
-    errors = {}
-    placements = {"cpu": th.Placement.all_on(layers, "cpu"),
-                  "cuda": th.Placement.all_on(layers, devices.names[1]), "best": best}
-    for label, placement in placements.items():
-        same = [other for other in builds if placements[other] == placement]
-        if same:  # the best is a single-device placement: time it once
-            builds[label], errors[label] = builds[same[0]], errors[same[0]]
-            continue
-        start = time.perf_counter()
-        compiled = th.build(model, placement, devices)
-        errors[label] = max_relative_error(compiled.run(inputs), reference)
-        builds[label] = compiled
-        print(f"  {name}: {label} placement built in {time.perf_counter() - start:.0f} s, "
-              f"max rel err vs onnxruntime {errors[label]:.1e}", flush=True)
-    fastest = {label: float("inf") for label in builds}
-    for _ in range(args.rounds):  # alternately, best median of the rounds
-        for label, compiled in builds.items():
-            fastest[label] = min(fastest[label], compiled.benchmark(inputs, repeat=10).median)
-    row.update({f"{label}_ms": ms for label, ms in fastest.items()})
-    row.update({f"{label}_err": err for label, err in errors.items()})
-    row["max_err"] = max(errors.values())
-
-    ort_inputs = {spec.source_name or spec.name: inputs[spec.name] for spec in model.inputs}
-    row["ort_cpu_ms"] = onnxruntime_ms(model.onnx_model, ort_inputs, "CPUExecutionProvider",
-                                       args.rounds)
-    row["ort_cuda_ms"] = onnxruntime_ms(model.onnx_model, ort_inputs, "CUDAExecutionProvider",
-                                        args.rounds)
-    return row
+    models = [n.strip() for n in args.models.split(",") if n.strip()] if args.models else None
+    return run_bundle(args.bundle, rounds=args.rounds, repeat=args.repeat,
+                      min_repeat_ms=args.min_repeat_ms, tolerance=args.tolerance,
+                      cpu_only=args.cpu_only, anchor=not args.no_anchor,
+                      kernels=not args.no_kernel_times, budget_s=args.budget_s, models=models,
+                      log=lambda line: print(line, flush=True))
 
 
-def fmt(value, digits: int = 3) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
+def cmd_kernels(args) -> int:
+    from gpu_check_lib.bundle import load_cuda_libraries
+
+    hits, compiled, errors = load_cuda_libraries(args.bundle, compile=not args.no_compile)
+    print(f"CUDA kernels: {compiled} module(s) compiled with nvcc, {hits} from the bundle, "
+          f"{len(errors)} librar{'y' if len(errors) == 1 else 'ies'} failing")
+    for lib, error in errors.items():
+        print(f"  {lib}: {error}")
+    return 0
 
 
-TABLE_HEAD = ("| model | layers | all-cpu ms | all-cuda ms | best ms | best split | tune ms | "
-              "max rel err vs onnxruntime | ort cpu ms | ort cuda ms | tune s |\n"
-              "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+def cmd_dry_run(args) -> int:
+    """Build the small bundle, then run its runner on TVM's runtime alone, CPU only."""
+    from gpu_check_lib import bundle as B
 
-
-def table_line(row: dict) -> str:
-    errs = "/".join(f"{row[k + '_err']:.1e}" for k in ("cpu", "cuda", "best"))
-    return (f"| {row['model']} | {row['layers']} | {fmt(row['cpu_ms'])} | "
-            f"{fmt(row['cuda_ms'])} | {fmt(row['best_ms'])} | {row['split']} | "
-            f"{fmt(row['tune_ms'])} | {errs} | {fmt(row['ort_cpu_ms'])} | "
-            f"{fmt(row['ort_cuda_ms'])} | {fmt(row['tune_s'], 0)} |")
-
-
-def print_table(rows: list[dict], tolerance: float) -> None:
-    print()
-    print(TABLE_HEAD)
-    for row in rows:
-        print(table_line(row))
-    print(f"(errors: all-cpu/all-cuda/best, max |got - want| / max |want|; "
-          f"correct below {tolerance:g})")
+    workdir = args.workdir or tempfile.mkdtemp(prefix="tvm_hetero_gpu_check_")
+    staging = os.path.join(workdir, "staging")
+    start = time.perf_counter()
+    print(f"dry run: building a small bundle in {staging} (no GPU needed)", flush=True)
+    B.build_bundle(staging, [B.dry_run_model()], arch=args.arch, variants=[B.host_variant()],
+                   log=lambda line: print(line, flush=True))
+    site = B.tvm_runtime_tree(os.path.join(workdir, "site"))
+    print(f"built in {time.perf_counter() - start:.1f} s; running it on TVM's runtime alone "
+          f"({site}/tvm, no libtvm_compiler.so)", flush=True)
+    with tempfile.TemporaryDirectory(prefix="gpu_check_stub_") as tmp:
+        env = B.runtime_only_env(site_dir=site, libcuda_dir=B.stub_libcuda(tmp))
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "run", "--bundle",
+                               staging, "--cpu-only", "--rounds", "1", "--repeat", "3",
+                               "--min-repeat-ms", "5"], env=env, text=True)
+    print(f"dry run took {time.perf_counter() - start:.1f} s")
+    return proc.returncode
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS),
-                        help="comma-separated zoo or onnx-package light model names")
-    parser.add_argument("--trials", type=int, default=8, help="tune trials per model")
-    parser.add_argument("--tune-budget-s", type=float, default=120.0,
-                        help="stop starting tune rounds after this many seconds per model")
-    parser.add_argument("--no-tune", default="resnet50",
-                        help="comma-separated models checked without profiling and tuning "
-                             "(their third placement puts every other layer on cuda)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
-    parser.add_argument("--tolerance", type=float, default=1e-3,
-                        help="largest relative error counted correct")
-    parser.add_argument("--workdir", help="records, profiles, libraries (default: a temp dir)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="build and export the cuda placements only; no GPU needed")
-    parser.add_argument("--arch", default="sm_90", help="the CUDA arch of --dry-run")
+                        help="build a small bundle and run it CPU-only on TVM's runtime alone")
+    parser.add_argument("--workdir", help="--dry-run's folder (default: a temp dir)")
+    parser.add_argument("--arch", default="sm_90", help="the CUDA arch built for (sm_90)")
+    sub = parser.add_subparsers(dest="command")
+    build = sub.add_parser("build", help="build the bundle here (no GPU needed)")
+    build.add_argument("--bundle", default=DEFAULT_BUNDLE,
+                       help=f"output folder (default {DEFAULT_BUNDLE}; carry BUNDLE/carry)")
+    build.add_argument("--models", default="resnet50,bert_layer,mobilenet_v2,recommendation",
+                       help="comma-separated models (default: all four)")
+    build.add_argument("--arch", default="sm_90", help="the CUDA arch (default sm_90)")
+    build.add_argument("--no-pack", action="store_true", help="build only, no BUNDLE/carry")
+    build.add_argument("--reuse", action="store_true",
+                       help="keep the models an earlier build finished (after a failure)")
+    run = sub.add_parser("run", help="run an (unpacked) bundle on a GPU machine")
+    run.add_argument("--bundle", required=True, help="the unpacked bundle folder")
+    run.add_argument("--models", help="comma-separated models of the bundle (default all)")
+    run.add_argument("--rounds", type=int, default=3, help="alternating timing rounds (3)")
+    run.add_argument("--repeat", type=int, default=5, help="measurements per timing (5)")
+    run.add_argument("--min-repeat-ms", type=float, default=40.0,
+                     help="least duration of one measurement (40 ms)")
+    run.add_argument("--tolerance", type=float, default=1e-3,
+                     help="largest relative error counted correct (1e-3)")
+    run.add_argument("--budget-s", type=float, default=240.0,
+                     help="start no model after this many seconds (240)")
+    run.add_argument("--cpu-only", action="store_true",
+                     help="no GPU: run the all-cpu libraries, only load the CUDA ones")
+    run.add_argument("--no-anchor", action="store_true", help="skip the PyTorch anchor")
+    run.add_argument("--no-kernel-times", action="store_true",
+                     help="skip the all-cuda build's per-kernel times")
+    kernels = sub.add_parser("kernels", help="(internal) compile a bundle's CUDA kernels")
+    kernels.add_argument("--bundle", required=True)
+    kernels.add_argument("--no-compile", action="store_true",
+                         help="fail on a kernel not in the bundle instead of compiling it")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    names = [name.strip() for name in args.models.split(",") if name.strip()]
-    args.no_tune = {name.strip() for name in args.no_tune.split(",") if name.strip()}
-    started = time.perf_counter()
-    workdir = args.workdir or tempfile.mkdtemp(prefix="tvm_hetero_gpu_check_")
-    os.makedirs(workdir, exist_ok=True)
     try:
         if args.dry_run:
-            dry_run(names, args.arch, workdir)
-            return 0
-        if not gpu_present():
-            raise CheckError("no CUDA GPU here (TVM's CUDA runtime is absent or sees no "
-                             "device 0); run on a machine with an NVIDIA GPU, or use --dry-run")
-        devices = th.DeviceSet.parse(["cpu", "cuda"])
-        print(f"devices: {', '.join(f'{d.name} {d.target}' for d in devices)}")
-        for status in th.probe(devices):
-            print(f"  {status.name:<6} {status.gflops:9.1f} GFLOP/s "
-                  f"{status.memory_bytes / 2**30:7.1f} GiB {status.bandwidth_gbs:7.2f} GB/s "
-                  f"score {status.score:.2f}")
-        rows = []
-        for name in names:
-            start = time.perf_counter()
-            rows.append(check_model(name, devices, args, workdir))
-            print(f"{name}: done in {time.perf_counter() - start:.0f} s\n{table_line(rows[-1])}",
-                  flush=True)
-        print_table(rows, args.tolerance)
-        print(f"gpu_check took {time.perf_counter() - started:.0f} s")
-        wrong = [row["model"] for row in rows if not row["max_err"] < args.tolerance]
-        if wrong:
-            raise CheckError(f"outputs differ from onnxruntime beyond {args.tolerance:g}: "
-                             f"{', '.join(wrong)}")
-    except (CheckError, th.HeteroError) as err:
+            return cmd_dry_run(args)
+        if args.command is None:
+            parser.error("give a command (build, run) or --dry-run")
+        return {"build": cmd_build, "run": cmd_run, "kernels": cmd_kernels}[args.command](args)
+    except CheckError as err:
         print(f"Error: {err}", file=sys.stderr)
         return 2
-    return 0
+    except RuntimeError as err:  # a build or load step failing (nvcc, gcc, TVM's loader)
+        from gpu_check_lib.cuda_kernels import error_line
+
+        print(f"Error: {error_line(err)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
