@@ -30,6 +30,7 @@ from .cpu.injective_lanes import InjectiveLanes
 from .cpu.packed_weights import tiled_fits_better
 from .cpu.row_reductions import RowReductions, not_a_matrix_vector_product, reduces_only
 from .gpu import DlightRule, gpu_rules
+from .gpu.window_tiles import WindowTiles
 from .rule import FAMILIES, Rule
 
 # Bumped whenever a default rule changes the code it generates (or how kernels are timed: 4 is
@@ -54,10 +55,12 @@ from .rule import FAMILIES, Rule
 # matrix-vector products with [output, reduction] weights to row-reductions, not dlight's
 # GEMV rule, whose code LLVM could take minutes to compile), 25 reduction-chains running an
 # epilogue over a larger domain (a pad) whole after its tasks and boolean casts under the fast
-# approximations as selects (a wrong answer and a failed build on generated graphs):
-# tuned-vs-rules comparisons stored in a tuning database under another version are measured
-# again.
-RULES_VERSION = 25
+# approximations as selects (a wrong answer and a failed build on generated graphs), 26 the
+# GPU rules of issue 31 (matmul-tiles, window-tiles, column-gemv, row-chains, dlight's GEMV and
+# Reduction within a work budget, kernels over the GPU's limits passed on; CPU kernels
+# unchanged): tuned-vs-rules comparisons stored in a tuning database under another version are
+# measured again.
+RULES_VERSION = 26
 
 
 def default_table() -> "RuleTable":
@@ -68,7 +71,10 @@ def default_table() -> "RuleTable":
     for kind in LAYER_KINDS:
         table[("cpu", kind)] = [parallel]
         table[("cuda", kind)] = gpu_rules()  # a GPU kernel must be scheduled: Fallback last
-        table[("other", kind)] = gpu_rules()
+        table[("other", kind)] = gpu_rules("other")
+    for family in ("cuda", "other"):  # depthwise/grouped convolutions, pools: window tiles
+        for kind in WindowTiles.kinds:
+            table[(family, kind)] = [WindowTiles(), *table[(family, kind)]]
     table[("cpu", "conv2d")] = [
         Winograd(),  # only the kernels preparation wrote as Winograd: nothing else fits them
         BlockedNCHWc(),  # only convolutions preparation put in the blocked layout
