@@ -13,7 +13,7 @@ from tvm_hetero.optimize.gpu.dlight import DlightRule
 from tvm_hetero.target import cuda_target
 from tvm_hetero.testing.gpu_emulation import (CannotEmulate, ScheduleMismatch, buffer_errors,
                                               check_gpu_schedule, cuda_build_kernels,
-                                              emulate_on_cpu, is_gpu_scheduled)
+                                              emulate_on_cpu, is_gpu_scheduled, thread_extents)
 from tvm_hetero.testing.suite import bert_layer, llama_decode
 
 TARGET = cuda_target("sm_90")
@@ -181,6 +181,20 @@ def test_thread_loops_of_uneven_extents_are_wrong():
     broken = _with_extent(schedule(func, "Matmul"), "threadIdx.y", 8, which=1)
     with pytest.raises(ScheduleMismatch, match=r"threadIdx.y have different extents \(16, 8\)"):
         check_gpu_schedule(func, broken)
+
+
+def test_two_launches_of_one_function_may_have_their_own_extents():
+    # a two-output split: Fallback writes each output in a nest of its own (1024 + 512
+    # columns: 32 and 16 blocks), and TVM builds each nest as a kernel of its own
+    from tvm import te, topi
+
+    data = te.placeholder((32, 1536), name="data")
+    first, second = topi.split(data, [1024], axis=1)
+    func = te.create_prim_func([data, first, second]).with_attr("tirx.noalias", True)
+    scheduled = schedule(func, "Fallback")
+    launches = thread_extents(scheduled)
+    assert [launch["blockIdx.x"] for launch in launches] == [{32}, {16}]
+    assert check_gpu_schedule(func, scheduled) == 0.0
 
 
 def test_a_predicate_dropping_elements_is_caught():

@@ -1,13 +1,16 @@
 """The schedule each optimization rule writes, compared structurally with an expected PrimFunc
 (the way TVM's dlight tests check theirs): one small kernel per rule of ``tvm_hetero.optimize.cpu``
-(and the ``fast_math`` rewrite, and the dlight wrappers of ``tvm_hetero.optimize.gpu``), the rule
-applied directly for a fixed target, the result ``tvm.ir.assert_structural_equal`` to the
+(and the ``fast_math`` rewrite), of ``tvm_hetero.optimize.gpu`` and the dlight wrappers there, the
+rule applied directly for a fixed target, the result ``tvm.ir.assert_structural_equal`` to the
 TVMScript in ``tests/rule_schedules/<rule>.py`` (``func.script()`` as printed, ``ruff format``-ed);
-and, per rule, a kernel outside its preconditions that it declines (None).
+and, per rule, a kernel outside its preconditions that it declines (None). Each expected GPU
+schedule of the package's own rules is also run, emulated on the CPU
+(:func:`tvm_hetero.testing.gpu_emulation.check_gpu_schedule`), against the unscheduled kernel.
 
 The numeric tests (``test_rule_edges.py``, ``test_optimize_*.py``) check what the scheduled
 kernels compute; these fail when a rule's schedule changes (a tile, a parallel loop, a
-vectorized lane, a cache stage), on any host: the target names its CPU (``mcpu``) and cores.
+vectorized lane, a cache stage), on any host: the target names its CPU (``mcpu``) and cores, or
+its GPU's architecture and limits (``SM_90``).
 
 A rule whose schedule changes on purpose: its test's failure shows the new schedule; read it
 against the rule's docstring, paste it over the function ``main`` of its file and ``ruff
@@ -41,10 +44,20 @@ from tvm_hetero.optimize.cpu.split_k_gemv import SplitKGemv
 from tvm_hetero.optimize.cpu.tiled import Tiled
 from tvm_hetero.optimize.cpu.winograd import Winograd
 from tvm_hetero.optimize.gpu import DlightRule
+from tvm_hetero.optimize.gpu.column_gemv import ColumnGemv
+from tvm_hetero.optimize.gpu.matmul_tiles import MatmulTiles, multiprocessors
+from tvm_hetero.optimize.gpu.row_chains import RowChains
+from tvm_hetero.optimize.gpu.window_tiles import WindowTiles
+from tvm_hetero.optimize.gpu.work_budget import WorkBudget, work_ratio
+from tvm_hetero.target import cuda_target
+from tvm_hetero.testing.gpu_emulation import check_gpu_schedule
 
 # AVX-512: 16 fp32 lanes, 32 vector registers, 32 KiB L1d (cpu_traits); 2 cores
 CPU = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
 CUDA = {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024, "thread_warp_size": 32}
+# the table's target for an H100/H200: 132 SMs (by arch: CUDA_LIMITS), 1024 threads and 48 KiB
+# of static shared memory a block, which the package's GPU rules read
+SM_90 = cuda_target("sm_90")
 EXPECTED = pathlib.Path(__file__).with_name("rule_schedules")
 
 
@@ -189,6 +202,22 @@ def exponential():
     return kernel(["exp"], x, topi.exp(x))
 
 
+def conv3x3_map(channels=256, size=14):
+    x, w = placeholders((1, channels, size, size), (channels, channels, 3, 3))
+    return kernel(["conv2d"], x, w, topi.nn.conv2d_nchw(x, w, 1, 1, 1))
+
+
+def depthwise_map(channels=32, size=112):
+    x, w = placeholders((1, channels, size, size), (channels, 1, 3, 3))
+    return kernel(["conv2d"], x, w, topi.nn.group_conv2d_nchw(x, w, 1, 1, 1, channels))
+
+
+def dense_row(reduced=1024, cols=256):
+    """A batch-1 dense layer on [output, reduction] weights: a row per output."""
+    x, w = placeholders((1, reduced), (cols, reduced))
+    return kernel(["matmul"], x, w, topi.nn.dense(x, w))
+
+
 # ---------------------------------------------------------------------------------------------
 # the schedules
 
@@ -313,6 +342,71 @@ def test_dlight_gpu_fallback():
     check(DlightRule("gpu", "Fallback"), exponential(), "dlight_gpu_fallback", CUDA)
 
 
+@pytest.fixture
+def sm_90_from_the_table(monkeypatch):
+    """matmul-tiles counts the SMs of a GPU present of the target's arch (an H100 PCIe is an
+    sm_90 of 114): none here, so that the table's 132 make the same tile on every host."""
+    monkeypatch.setattr("tvm_hetero.target.present_gpu", lambda index: None)
+    multiprocessors.cache_clear()
+    yield
+    multiprocessors.cache_clear()
+
+
+def test_matmul_tiles(sm_90_from_the_table):
+    # 14 x 14 x 256 3x3 convolution as an implicit GEMM [196 pixels, 256 channels, 2304]: a
+    # 16 x 16 tile (8 x 8 threads, 2 x 2 each, k 16), the pixels padded to 208 (1.06x), 13 x 16
+    # = 208 blocks on 132 SMs (dlight's 32 x 64 tile: 28); im2col and padding in the fetch
+    func = conv3x3_map()
+    check(MatmulTiles(), func, "matmul_tiles", SM_90)
+    check_gpu_schedule(func, expected("matmul_tiles"))
+
+
+def test_window_tiles():
+    # MobileNetV2's first depthwise 3x3, 32 x 112 x 112: 512 blocks of one channel's 28 x 28
+    # pixels, 196 threads of 4 rows each (unrolled); the block's 30 x 30 padded input fetched
+    # into shared memory by them, the window unrolled into local accumulators
+    func = depthwise_map()
+    check(WindowTiles(), func, "window_tiles", SM_90)
+    check_gpu_schedule(func, expected("window_tiles"))
+
+
+def test_column_gemv():
+    # [1, 1024] x [1024, 1024]: 128 blocks of 8 neighbouring outputs (a 32-byte sector,
+    # threadIdx.x) x 64 reduction lanes (threadIdx.y, rfactor; 512 threads), 16 elements a
+    # lane in a local partial sum, the lanes' sums reduced across the block
+    func = gemv(1024)
+    check(ColumnGemv(), func, "column_gemv", SM_90)
+    check_gpu_schedule(func, expected("column_gemv"))
+
+
+def test_row_chains():
+    # softmax of 128 rows of 64: a block per row, 64 threads (the row, unpadded): the max, exp
+    # (once per element), the sum and the division in turn, the row's max, exps and sum in
+    # shared memory
+    func = softmax()
+    check(RowChains(), func, "row_chains", SM_90)
+    check_gpu_schedule(func, expected("row_chains"))
+
+
+def test_work_budget_keeps_a_schedule_within_its_work():
+    # dlight's Reduction on a column GEMV: 64 blocks of 16 outputs x 16 lanes, the lanes'
+    # partial sums 1.01x the kernel's work: its schedule, unchanged
+    func = gemv(1024)
+    rule = WorkBudget(DlightRule("gpu", "Reduction"))
+    check(rule, func, "work_budget", SM_90)
+    assert work_ratio(func, expected("work_budget")) <= 1.3
+
+
+def test_work_budget_declines_a_schedule_over_its_work():
+    # dlight's Reduction on a mean over 5 x 5 pixels: the 25 padded to 2 x 16 lanes, the 16
+    # partial sums added again, 1.9x the kernel's work (estimate_tir_flops)
+    func = mean_over_pixels()
+    rule = DlightRule("gpu", "Reduction")
+    scheduled = schedule(rule, func, SM_90)
+    assert work_ratio(func, scheduled) > 1.3
+    assert WorkBudget(rule).apply(func, tvm.target.Target(SM_90)) is None
+
+
 # ---------------------------------------------------------------------------------------------
 # what each rule declines
 
@@ -337,6 +431,10 @@ DECLINED = [
     (Winograd(), blocked_conv),  # not preparation's Winograd form
     (Winograd(), lambda: winograd_conv(4)),  # one tile: raised in reorder before
     (DlightRule("gpu", "Matmul"), exponential),  # no matmul
+    (MatmulTiles(), depthwise_map),  # a depthwise convolution: no GEMM (window-tiles')
+    (WindowTiles(), lambda: conv3x3(32)),  # an ordinary convolution (matmul-tiles')
+    (ColumnGemv(), dense_row),  # [output, reduction] weights: a row reduction (dlight's GEMV)
+    (RowChains(), lambda: gemv(1024)),  # the reduction walks the weights' columns
 ]
 
 

@@ -167,22 +167,28 @@ def is_gpu_scheduled(func) -> bool:
     return bound(func.body)
 
 
-def thread_extents(func) -> dict[str, set]:
-    """The extents of the loops bound to each thread axis of `func` (``{"threadIdx.x": {8}}``);
-    the GPU launches one extent per axis, so more than one is a wrong schedule."""
+def thread_extents(func) -> list[dict[str, set]]:
+    """The extents of the loops bound to each thread axis, per kernel launch of `func`
+    (``[{"blockIdx.x": {16}, "threadIdx.x": {256}}, ...]``). Each outermost thread-bound loop
+    nest is a launch of its own (TVM splits the function into one kernel per nest: a
+    two-output split is ``split_kernel`` and ``split_kernel_1``); within one, the GPU launches
+    one extent per axis, so more than one is a wrong schedule."""
     from tvm import tirx
 
-    extents: dict[str, set] = {}
+    kernels: list[dict[str, set]] = []
 
-    def visit(node) -> None:
+    def visit(node, extents) -> None:
         if isinstance(node, tirx.For) and node.thread_binding is not None:
+            if extents is None:  # the outermost bound loop: a kernel launch of its own
+                extents = {}
+                kernels.append(extents)
             extent = node.extent.value if hasattr(node.extent, "value") else str(node.extent)
             extents.setdefault(str(node.thread_binding.thread_tag), set()).add(extent)
         for child in _children(node):
-            visit(child)
+            visit(child, extents)
 
-    visit(func.body)
-    return extents
+    visit(func.body, None)
+    return kernels
 
 
 def _is_thread_loop(stmt) -> bool:
@@ -390,8 +396,8 @@ def buffer_errors(original_func, scheduled_func, seed: int = 0) -> dict[str, flo
     """
     from ..verify import relative_errors
 
-    uneven = {tag: sorted(map(str, ext)) for tag, ext in thread_extents(scheduled_func).items()
-              if len(ext) > 1}
+    uneven = {tag: sorted(map(str, ext)) for kernel in thread_extents(scheduled_func)
+              for tag, ext in kernel.items() if len(ext) > 1}
     if uneven:
         tag = next(iter(uneven))
         raise ScheduleMismatch(f"loops bound to {tag} have different extents "
