@@ -56,6 +56,8 @@ def cpu_flags() -> set[str]:
 
 
 def cpu_model() -> str:
+    # tvm_hetero.devices.host_cpu_model's reading: tvm_hetero does not import where TVM's
+    # compiler is absent (the GPU machine), so the runner keeps its own
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
