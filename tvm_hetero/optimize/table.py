@@ -56,7 +56,7 @@ from .rule import FAMILIES, Rule
 # GEMV rule, whose code LLVM could take minutes to compile), 25 reduction-chains running an
 # epilogue over a larger domain (a pad) whole after its tasks and boolean casts under the fast
 # approximations as selects (a wrong answer and a failed build on generated graphs), 26 the
-# GPU rules of issue 31 (matmul-tiles, window-tiles, column-gemv, row-chains, dlight's GEMV and
+# GPU rules of issue 31 (matmul-tiles with split reductions, window-tiles, column-gemv, row-chains, dlight's GEMV and
 # Reduction within a work budget, kernels over the GPU's limits passed on; CPU kernels
 # unchanged): tuned-vs-rules comparisons stored in a tuning database under another version are
 # measured again.

@@ -75,28 +75,21 @@ class KernelRow:
 
 
 def launch_shape(func) -> tuple[int, int]:
-    """``(thread blocks, threads per block)`` of a scheduled kernel: the products of its
-    ``blockIdx`` and of its ``threadIdx`` loop extents (the largest extent seen per tag)."""
-    import tvm_ffi
-    from tvm import tirx
+    """``(thread blocks, threads per block)`` of a scheduled kernel: the blocks of its largest
+    launch (the product of its ``blockIdx`` loop extents) and the most threads a block of any
+    of its launches has (the product of its ``threadIdx`` extents). A kernel of several
+    launches (matmul-tiles' split reduction: the partial sums, then their sum) is not the
+    product of all its launches' extents."""
+    from .gpu_emulation import thread_extents
 
-    extents: dict[str, int] = {}
-
-    def visit(node):
-        binding = getattr(node, "thread_binding", None)
-        if isinstance(node, tirx.For) and binding is not None:
-            tag = str(binding.thread_tag)
-            if tag.startswith(("blockIdx", "threadIdx")) and hasattr(node.extent, "value"):
-                extents[tag] = max(extents.get(tag, 1), int(node.extent.value))
-        return node
-
-    tvm_ffi.structural_map(func.body, visit)
     blocks = threads = 1
-    for tag, extent in extents.items():
-        if tag.startswith("blockIdx"):
-            blocks *= extent
-        else:
-            threads *= extent
+    for launch in thread_extents(func):
+        sizes = {"blockIdx": 1, "threadIdx": 1}
+        for tag, extents in launch.items():
+            kind = tag.split(".")[0]
+            if kind in sizes:
+                sizes[kind] *= max((e for e in extents if isinstance(e, int)), default=1)
+        blocks, threads = max(blocks, sizes["blockIdx"]), max(threads, sizes["threadIdx"])
     return blocks, threads
 
 

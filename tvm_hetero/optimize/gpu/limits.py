@@ -21,7 +21,9 @@ def _lowered(func):
         s_tir_transform.PlanAndUpdateBufferAllocationLocation(),
         s_tir_transform.ConvertBlocksToOpaque(), s_tir_transform.CompactBufferAllocation(),
         s_tir_transform.LowerMatchBuffer(), s_tir_transform.LowerOpaqueBlock(),
-        tvm.tirx.transform.FlattenBuffer()])
+        # as TVM's own pipeline: FlattenBuffer divided by zero on an unsimplified
+        # (b * 256 + x) // 256 - b of a split reduction's sum
+        s_tir_transform.StmtSimplify(), tvm.tirx.transform.FlattenBuffer()])
     return passes(tvm.IRModule({"main": func}))["main"]
 
 

@@ -6,7 +6,11 @@ dlight pads a kernel's [batch, I, J, K] extents up to its tile (``pad_einsum``) 
 padding: a dense layer of 8 rows on dlight's 32-row tile does 4x its work (``mlp_b8``), and a
 14 x 14 x 256 3x3 convolution (196 x 256 outputs) gets 28 thread blocks on a 132-SM H200. Here
 the tile is the largest one that keeps the padded work within :data:`MAX_WASTE` of the kernel's
-and launches at least one block per SM; where no tile does both, the one with the most blocks.
+and launches at least one block per SM. Where no tile does both (few outputs: a dense layer of
+8 rows into 512 outputs has 128 blocks of a warp at the least) and the reduction is long, the
+reduction is split across blocks (:mod:`.split_reduction`): the largest tile that launches a
+block per SM with the fewest parts of at least :data:`MIN_SPLIT_K` reduction elements each.
+Otherwise the tile with the most blocks.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import math
 from dataclasses import dataclass
 
 from ...classify import LAYER_KINDS
+from ...errors import error_message
 from ..rule import Rule
+from .split_reduction import CannotSplit, outer_reduction_extent, split_reduction
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +39,12 @@ MICRO_SIZES = (4, 2, 1)
 K_STEPS = (16, 8, 4)
 # Threads of a block: at least a warp's worth; two warps preferred where the tile allows.
 MIN_WARPS, GOOD_WARPS = 1, 2
+# Reduction elements a part of a split reduction has at least: 8 of the tile's 16-element
+# steps, and the parts' partial sums (read and written once) at most 1/128 of the
+# multiply-adds. Threads a block of the split's second stage (the parts' sum and epilogue,
+# one thread an output).
+MIN_SPLIT_K = 128
+SUM_THREADS = 256
 
 
 @dataclass(frozen=True)
@@ -48,9 +60,11 @@ class MatmulTile:
     step_k : int
         Reduction elements a block loads to shared memory at a time.
     blocks : int
-        Thread blocks the kernel launches.
+        Thread blocks the kernel launches (those of the partial sums where it is split).
     waste : float
         Padded work over the kernel's (1.0: the tile divides every extent).
+    splits : int
+        Parts the reduction is split in across blocks (1: not split).
     """
 
     threads_i: int
@@ -60,6 +74,7 @@ class MatmulTile:
     step_k: int
     blocks: int
     waste: float
+    splits: int = 1
 
     @property
     def rows(self) -> int:
@@ -104,38 +119,39 @@ def _threads_of(rows: int, cols: int, warp: int, max_threads: int):
 
 
 def choose_tile(batch: int, i: int, j: int, k: int, multiprocessors: int,
-                max_threads: int, warp: int = 32) -> MatmulTile:
+                max_threads: int, warp: int = 32, split_extent: int = 1) -> MatmulTile:
     """The tile of a [`batch`, `i`, `j`, `k`] product (C[b, i, j] += A[b, i, k] B[b, j, k]) on
     a GPU of `multiprocessors` SMs and `max_threads` threads a block.
 
     Of the tiles whose padded work is within :data:`MAX_WASTE` of the product's (the least
     padded when none is): those launching at least `multiprocessors` blocks, the one of most
-    outputs, then the squarest (most reuse of each loaded element), then the least padded;
-    when none launches that many, the one launching the most.
+    outputs, then the squarest (most reuse of each loaded element), then the least padded.
+    When none launches that many: the reduction split in parts (a divisor of `split_extent`,
+    the extent of its outermost loop, of at least :data:`MIN_SPLIT_K` elements each), the
+    tile of most outputs (then the squarest) that launches a block per SM with its fewest
+    parts, within :data:`MAX_WASTE`; when no split does either, the unsplit tile launching
+    the most blocks.
 
     Raises
     ------
     ValueError
         A non-positive extent, or a GPU whose thread limit is under a warp.
     """
-    if min(batch, i, j, k) < 1 or max_threads < warp:
+    if min(batch, i, j, k, split_extent) < 1 or max_threads < warp:
         raise ValueError(f"no matmul tile for extents {(batch, i, j, k)} with {max_threads} "
                          f"threads a block (warp {warp})")
-    step = _step_k(k)
-    tiles = []
+    shapes = []
     for rows in TILE_EDGES:
         for cols in TILE_EDGES:
             if rows * cols > MAX_TILE_OUTPUTS:
                 continue
             threads = _threads_of(rows, cols, warp, max_threads)
-            if threads is None:
-                continue
-            blocks = batch * math.ceil(i / rows) * math.ceil(j / cols)
-            waste = _padded(i, rows) * _padded(j, cols) * _padded(k, step) / (i * j * k)
-            tiles.append(MatmulTile(*threads, step, blocks, waste))
-    if not tiles:
+            if threads is not None:
+                shapes.append((rows, cols, threads))
+    if not shapes:
         raise ValueError(f"no matmul tile of at least a warp ({warp} threads) fits "
                          f"{max_threads} threads a block")
+    tiles = _tiles(shapes, batch, i, j, k, 1)
     fitting = [t for t in tiles if t.waste <= MAX_WASTE]
     if not fitting:
         least = min(t.waste for t in tiles)
@@ -143,7 +159,30 @@ def choose_tile(batch: int, i: int, j: int, k: int, multiprocessors: int,
     full = [t for t in fitting if t.blocks >= multiprocessors]
     if full:
         return max(full, key=lambda t: (t.rows * t.cols, _reuse(t), -t.waste, t.threads))
+    split: dict[tuple[int, int], MatmulTile] = {}  # (rows, cols) -> its fewest parts
+    for parts in range(2, split_extent + 1):
+        if split_extent % parts or k // parts < MIN_SPLIT_K:
+            continue
+        for tile in _tiles(shapes, batch, i, j, k, parts):
+            if tile.waste <= MAX_WASTE and tile.blocks >= multiprocessors:
+                split.setdefault((tile.rows, tile.cols), tile)
+    if split:
+        return max(split.values(),
+                   key=lambda t: (t.rows * t.cols, _reuse(t), -t.splits, -t.waste, t.threads))
     return max(fitting, key=lambda t: (t.blocks, t.rows * t.cols, _reuse(t), -t.waste))
+
+
+def _tiles(shapes, batch: int, i: int, j: int, k: int, splits: int) -> list[MatmulTile]:
+    """The tiles of `shapes` (``(rows, cols, threads)``) with the reduction in `splits`
+    parts (which divide `k`)."""
+    part = k // splits
+    step = _step_k(part)
+    tiles = []
+    for rows, cols, threads in shapes:
+        blocks = batch * splits * math.ceil(i / rows) * math.ceil(j / cols)
+        waste = _padded(i, rows) * _padded(j, cols) * _padded(part, step) * splits / (i * j * k)
+        tiles.append(MatmulTile(*threads, step, blocks, waste, splits))
+    return tiles
 
 
 def _reuse(tile: MatmulTile) -> float:
@@ -183,7 +222,8 @@ class MatmulTiles(Rule):
 
     name = "matmul-tiles"
     description = ("matmuls and convolutions as dlight's implicit GEMM, the tile chosen from "
-                   "the shape and the GPU: within 1.2x padded work, a block per SM")
+                   "the shape and the GPU: within 1.2x padded work, a block per SM (the "
+                   "reduction split across blocks where the outputs are too few)")
     kinds = LAYER_KINDS
     families = ("cuda",)
 
@@ -206,18 +246,36 @@ class MatmulTiles(Rule):
         warp = int(target.attrs.get("thread_warp_size", 32))
         if max_threads is None:
             return None
-        tile = choose_tile(*extents, multiprocessors=sms, max_threads=max_threads, warp=warp)
-        logger.debug("matmul-tiles: extents %s -> %dx%d tile (%dx%d threads), %d blocks, "
-                     "waste %.2f", extents, tile.rows, tile.cols, tile.threads_i,
-                     tile.threads_j, tile.blocks, tile.waste)
-        rule = _TiledMatmul(tile)
-        try:
-            with target:
-                sch = rule.apply(func, target, False)
-        except (s_tir.ScheduleError, AssertionError):
-            # dlight's Matmul declines the same kernels (a residual consumer it cannot inline)
-            return None
-        return None if sch is None else sch.mod["main"]
+        split_extent = outer_reduction_extent(func) or 1
+        tile = choose_tile(*extents, multiprocessors=sms, max_threads=max_threads, warp=warp,
+                           split_extent=split_extent)
+        logger.debug("matmul-tiles: extents %s -> %dx%d tile (%dx%d threads), %d parts, "
+                     "%d blocks, waste %.2f", extents, tile.rows, tile.cols, tile.threads_i,
+                     tile.threads_j, tile.splits, tile.blocks, tile.waste)
+        if tile.splits > 1:
+            try:
+                return split_reduction(
+                    func, tile.splits, lambda partials: _tiled(partials, tile, target),
+                    min(SUM_THREADS, max_threads))
+            except (CannotSplit, s_tir.ScheduleError) as err:
+                logger.debug("matmul-tiles: no split reduction (%s); the kernel unsplit",
+                             error_message(err))
+                tile = choose_tile(*extents, multiprocessors=sms, max_threads=max_threads,
+                                   warp=warp)
+        return _tiled(func, tile, target)
+
+
+def _tiled(func, tile: MatmulTile, target):
+    """`func` scheduled by dlight's ``Matmul`` with `tile`; None where it declines it."""
+    from tvm import s_tir
+
+    try:
+        with target:
+            sch = _TiledMatmul(tile).apply(func, target, False)
+    except (s_tir.ScheduleError, AssertionError):
+        # dlight's Matmul declines the same kernels (a residual consumer it cannot inline)
+        return None
+    return None if sch is None else sch.mod["main"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -259,5 +317,5 @@ def _TiledMatmul(tile: MatmulTile):  # noqa: N802 (a class made on first use: TV
     return _tiled_matmul_class()(tile)
 
 
-__all__ = ["MAX_WASTE", "MatmulTile", "MatmulTiles", "choose_tile", "matmul_extents",
+__all__ = ["MAX_WASTE", "MIN_SPLIT_K", "MatmulTile", "MatmulTiles", "choose_tile", "matmul_extents",
            "multiprocessors"]
