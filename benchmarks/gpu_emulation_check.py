@@ -10,8 +10,8 @@ error (max |got - want| / max |want| per buffer), kernels over the dtype's toler
 thread loops of uneven extents (wrong schedules, with the rule that scheduled each, from
 ``compiled.stats.rules``), kernels that cannot be emulated (tensor-core fragments, GPU
 intrinsics) and the seconds spent. Kernels without thread-bound loops (run on the host) are
-not CUDA kernels and are not counted; a model with run-time index checks gets a ``cpu`` beside
-the GPU for them (``cuda_build_kernels``). What the emulation cannot see (races between
+not CUDA kernels and are not counted (a model's run-time index checks run on the host CPU).
+What the emulation cannot see (races between
 threads, the GPU lowering itself) is in the module's docstring. About 10-120 s a model on 2
 cores.
 """

@@ -475,20 +475,15 @@ def cuda_build_kernels(model, arch: str = "sm_90") -> dict[str, tuple[Any, Any, 
     """Every CUDA kernel of `model` built all on ``cuda@ARCH`` (no GPU needed), with what the
     check needs: ``{kernel: (unscheduled, scheduled, rule)}``, the rule from
     ``compiled.stats.rules``, the unscheduled kernel from
-    :func:`~tvm_hetero.testing.scheduled.unscheduled_kernels`. A model with layers only a CPU
-    can run (run-time index checks) gets a ``cpu`` beside the GPU for them; kernels without
-    thread-bound loops (run on the host) are left out."""
+    :func:`~tvm_hetero.testing.scheduled.unscheduled_kernels`. Kernels without thread-bound
+    loops (run-time index checks, which run on the host CPU) are left out."""
     import tvm_hetero as th
 
-    from ..layered import cpu_only_layers, layered_module
     from .scheduled import keep_scheduled, unscheduled_kernels
 
     devices = th.DeviceSet.parse([f"cuda@{arch}"])
-    if cpu_only_layers(layered_module(model, th.PrepareConfig.for_devices(devices))):
-        devices = th.DeviceSet.parse(["cpu", f"cuda@{arch}"])
-    cuda = next(d.name for d in devices if d.family != "cpu")
     placement = th.Placement.all_on(
-        th.extract_layers(model, th.PrepareConfig.for_devices(devices)), cuda)
+        th.extract_layers(model, th.PrepareConfig.for_devices(devices)), devices.names[0])
     scheduled: dict = {}
     compiled = th.build(model, placement, devices, extra_passes=[keep_scheduled(scheduled)])
     originals = unscheduled_kernels(model, devices, placement)
