@@ -342,3 +342,32 @@ def test_clip_with_constant_bounds_imports_as_relax_maximum_minimum(opset, low, 
     x = np.random.default_rng(0).standard_normal((1, 16, 4, 4)).astype("float32") * 4
     (got,) = th.build(model, "all:cpu", ["cpu"]).run({model.inputs[0].name: x})
     np.testing.assert_array_equal(got, np.clip(x, low, high))
+
+
+def _resize_align_corners(sizes):
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear",
+                            coordinate_transformation_mode="align_corners")
+    graph = helper.make_graph(
+        [node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("sizes", TensorProto.INT64, [4], sizes)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_resize_align_corners_onto_one_pixel_samples_the_first():
+    # a generated graph: TVM's resize divided by out - 1 = 0 ("Divide by zero" at build)
+    import onnxruntime as ort
+
+    proto = _resize_align_corners([1, 2, 1, 1])
+    x = np.random.default_rng(0).standard_normal((1, 2, 4, 5)).astype("float32")
+    want = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    got = th.build(th.load_model(proto, name="resize"), "all:cpu", ["cpu"]).run({"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(got[..., 0, 0], x[..., 0, 0])
+
+
+def test_resize_align_corners_onto_one_beside_others_is_refused():
+    with pytest.raises(th.ModelError, match="align_corners onto a spatial extent of 1"):
+        th.load_model(_resize_align_corners([1, 2, 1, 3]), name="resize")

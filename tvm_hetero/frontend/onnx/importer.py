@@ -12,7 +12,8 @@ from ...errors import ModelError
 from ...relax_ir import UPPER_BOUND_ATTR
 from . import refusals, shape_inference
 # imported for their registrations: each adds its fixes to FIXES
-from . import attention, elementwise, gather_scatter, recurrent, sequences, shape_ops  # noqa: F401
+from . import (attention, elementwise, gather_scatter, recurrent, resize,  # noqa: F401
+               sequences, shape_ops)
 from .registry import FIXES, node_name
 
 logger = logging.getLogger(__name__)
