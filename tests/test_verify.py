@@ -279,3 +279,32 @@ def test_tune_names_the_device_whose_every_candidate_disagrees(zeros_rule, onnx_
     assert {t.result.error for t in result.trials
             if t.placement.assignment[reduction] == "cpu"} == {ErrorKind.WRONG_ANSWER}
     assert result.wrong_output_devices == {}  # cpu also ran right where the reduction did not
+
+
+def test_the_reference_is_the_graph_as_written():
+    # generated graph 20222, reduced: onnxruntime 1.32 with its graph optimizations answers
+    # Transpose then MatMul by a vector wrong (14.8 off for values of a few units); numpy,
+    # onnxruntime without them and our build agree
+    from tvm_hetero.testing import onnx_reference
+    from tvm_hetero.testing.fuzz.outcomes import onnxruntime_outputs
+    from tvm_hetero.verify import reference_outputs
+
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal(20).astype("float32")
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 1, 3, 2]),
+         helper.make_node("MatMul", ["t", "w"], ["y"])], "transpose_matvec",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, 20, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7, 6])],
+        [numpy_helper.from_array(weight, "w")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((2, 7, 20, 6)).astype("float32")
+    want = np.matmul(x.transpose(0, 1, 3, 2), weight)
+    model = th.load_model(proto, name="transpose_matvec")
+    devices = th.DeviceSet.parse(["cpu"])
+    reference = reference_outputs(model, devices, {"x": x})
+    assert reference.label == "onnxruntime"
+    for outputs in (reference.outputs, onnx_reference(proto, {"x": x}),
+                    onnxruntime_outputs(proto, {"x": x}),
+                    th.build(model, "all:cpu", devices).run({"x": x})):
+        np.testing.assert_allclose(outputs[0], want, rtol=1e-5, atol=1e-5)
