@@ -45,7 +45,8 @@ from tvm_hetero.optimize.cpu.tiled import Tiled
 from tvm_hetero.optimize.cpu.winograd import Winograd
 from tvm_hetero.optimize.gpu import DlightRule
 from tvm_hetero.optimize.gpu.column_gemv import ColumnGemv
-from tvm_hetero.optimize.gpu.matmul_tiles import MatmulTiles, multiprocessors
+from tvm_hetero.optimize.gpu.matmul_tiles import MatmulTiles
+from tvm_hetero.target import arch_multiprocessors
 from tvm_hetero.optimize.gpu.row_chains import RowChains
 from tvm_hetero.optimize.gpu.window_tiles import WindowTiles
 from tvm_hetero.optimize.gpu.work_budget import WorkBudget, work_ratio
@@ -344,12 +345,12 @@ def test_dlight_gpu_fallback():
 
 @pytest.fixture
 def sm_90_from_the_table(monkeypatch):
-    """matmul-tiles counts the SMs of a GPU present of the target's arch (an H100 PCIe is an
+    """The GPU rules count the SMs of a GPU present of the target's arch (an H100 PCIe is an
     sm_90 of 114): none here, so that the table's 132 make the same tile on every host."""
     monkeypatch.setattr("tvm_hetero.target.present_gpu", lambda index: None)
-    multiprocessors.cache_clear()
+    arch_multiprocessors.cache_clear()
     yield
-    multiprocessors.cache_clear()
+    arch_multiprocessors.cache_clear()
 
 
 def test_matmul_tiles(sm_90_from_the_table):
@@ -361,7 +362,7 @@ def test_matmul_tiles(sm_90_from_the_table):
     check_gpu_schedule(func, expected("matmul_tiles"))
 
 
-def test_window_tiles():
+def test_window_tiles(sm_90_from_the_table):
     # MobileNetV2's first depthwise 3x3, 32 x 112 x 112: 512 blocks of one channel's 28 x 28
     # pixels, 196 threads of 4 rows each (unrolled); the block's 30 x 30 padded input fetched
     # into shared memory by them, the window unrolled into local accumulators
@@ -370,7 +371,7 @@ def test_window_tiles():
     check_gpu_schedule(func, expected("window_tiles"))
 
 
-def test_column_gemv():
+def test_column_gemv(sm_90_from_the_table):
     # [1, 1024] x [1024, 1024]: 128 blocks of 8 neighbouring outputs (a 32-byte sector,
     # threadIdx.x) x 64 reduction lanes (threadIdx.y, rfactor; 512 threads), 16 elements a
     # lane in a local partial sum, the lanes' sums reduced across the block

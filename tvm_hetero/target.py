@@ -8,6 +8,7 @@ them here.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -130,3 +131,15 @@ def cuda_multiprocessors(arch: str, index: int | None = None) -> int | None:
         return int(device.multi_processor_count)
     limits = CUDA_LIMITS.get(arch)
     return limits.multiprocessors if limits else None
+
+
+@functools.lru_cache(maxsize=None)
+def arch_multiprocessors(arch: str) -> int | None:
+    """SMs the GPU rules size their tiles by for a target of `arch` (a target names no
+    device): those of GPU 0 when it is present and of that architecture, else
+    :data:`CUDA_LIMITS`' (None for an arch not there)."""
+    device = present_gpu(0)
+    if device is not None and "sm_" + str(device.compute_version).replace(".", "") == arch:
+        return cuda_multiprocessors(arch, 0)
+    return cuda_multiprocessors(arch)
+

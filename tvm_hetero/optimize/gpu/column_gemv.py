@@ -19,7 +19,7 @@ import logging
 from typing import NamedTuple
 
 from ...classify import LAYER_KINDS
-from ...target import cuda_multiprocessors
+from ...target import arch_multiprocessors
 from ..rule import Rule
 
 logger = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ class ColumnGemv(Rule):
 
         if target.kind.name != "cuda" or not isinstance(func, tirx.PrimFunc):
             return None
-        sms = cuda_multiprocessors(str(target.attrs.get("arch", "")))
+        sms = arch_multiprocessors(str(target.attrs.get("arch", "")))
         if sms is None:
             return None
         rule = _column_reduction_class()(sms)

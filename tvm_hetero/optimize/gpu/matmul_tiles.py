@@ -15,13 +15,13 @@ Otherwise the tile with the most blocks.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from dataclasses import dataclass
 
 from ...classify import LAYER_KINDS
 from ...errors import error_message
+from ...target import arch_multiprocessors
 from ..rule import Rule
 from .split_reduction import CannotSplit, outer_reduction_extent, split_reduction
 
@@ -235,7 +235,7 @@ class MatmulTiles(Rule):
 
         if target.kind.name != "cuda":
             return None
-        sms = multiprocessors(str(target.attrs.get("arch", "")))
+        sms = arch_multiprocessors(str(target.attrs.get("arch", "")))
         if sms is None:
             logger.debug("matmul-tiles: no SM count for %s; dlight's Matmul takes it", target)
             return None
@@ -278,19 +278,6 @@ def _tiled(func, tile: MatmulTile, target):
     return None if sch is None else sch.mod["main"]
 
 
-@functools.lru_cache(maxsize=None)
-def multiprocessors(arch: str) -> int | None:
-    """SMs of a GPU of `arch`: those of the GPU present when it is of that architecture (a
-    target names no device), else :data:`~tvm_hetero.target.CUDA_LIMITS`' (None for an arch
-    not there)."""
-    from ...target import cuda_multiprocessors, present_gpu
-
-    device = present_gpu(0)
-    if device is not None and "sm_" + str(device.compute_version).replace(".", "") == arch:
-        return cuda_multiprocessors(arch, 0)
-    return cuda_multiprocessors(arch)
-
-
 def _tiled_matmul_class():
     from tvm.s_tir.dlight.gpu import Matmul
 
@@ -317,5 +304,5 @@ def _TiledMatmul(tile: MatmulTile):  # noqa: N802 (a class made on first use: TV
     return _tiled_matmul_class()(tile)
 
 
-__all__ = ["MAX_WASTE", "MIN_SPLIT_K", "MatmulTile", "MatmulTiles", "choose_tile", "matmul_extents",
-           "multiprocessors"]
+__all__ = ["MAX_WASTE", "MIN_SPLIT_K", "MatmulTile", "MatmulTiles", "choose_tile",
+           "matmul_extents"]

@@ -22,7 +22,7 @@ import logging
 from typing import NamedTuple
 
 from ...errors import error_message
-from ...target import cuda_multiprocessors
+from ...target import arch_multiprocessors
 from ..rule import Rule
 
 logger = logging.getLogger(__name__)
@@ -180,14 +180,14 @@ def window_reduction(sch, block_rv) -> Window | None:
 
 def _limits(target) -> tuple[int, int, int, int | None]:
     """``(warp, threads, shared bytes, SMs or None)`` of a GPU target: its attributes, and the
-    SM count of its arch (:func:`tvm_hetero.target.cuda_multiprocessors`; None elsewhere)."""
+    SM count of its arch (:func:`tvm_hetero.target.arch_multiprocessors`; None elsewhere)."""
     attrs = target.attrs
     warp = int(attrs.get("thread_warp_size", 32))
     threads = int(attrs.get("max_num_threads", PREFERRED_THREADS))
     # without the attribute: 48 KiB, what every CUDA GPU since sm_20 gives a block statically
     shared = int(attrs.get("max_shared_memory_per_block", 48 << 10))
     arch = str(attrs.get("arch", ""))
-    sms = cuda_multiprocessors(arch) if target.kind.name == "cuda" and arch else None
+    sms = arch_multiprocessors(arch) if target.kind.name == "cuda" and arch else None
     return warp, threads, shared, sms
 
 
