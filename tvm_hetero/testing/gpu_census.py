@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from .scheduled import estimated_flops, is_depthwise, keep_scheduled, unscheduled_kernels
+from .scheduled import built_cuda_kernels, estimated_flops, is_depthwise
 
 
 @dataclass(frozen=True)
@@ -133,15 +133,10 @@ def nvcc_resources(source: str, arch: str = "sm_90") -> dict[str, dict[str, int]
 def census(model, arch: str = "sm_90", with_nvcc: bool = True) -> tuple[list[KernelRow], float]:
     """Every CUDA kernel of `model` built all on ``cuda@ARCH``: a row per kernel, and the
     build's seconds."""
-    import tvm_hetero as th
     from tvm_hetero.classify import kernel_kind
 
-    devices = th.DeviceSet.parse([f"cuda@{arch}"])
-    layers = th.extract_layers(model, th.PrepareConfig.for_devices(devices))
-    placement = th.Placement.all_on(layers, devices.names[0])
-    scheduled: dict = {}
     start = time.perf_counter()
-    compiled = th.build(model, placement, devices, extra_passes=[keep_scheduled(scheduled)])
+    compiled, kernels = built_cuda_kernels(model, arch)
     build_s = time.perf_counter() - start
     resources: dict[str, dict[str, int]] = {}
     if with_nvcc:
@@ -150,18 +145,15 @@ def census(model, arch: str = "sm_90", with_nvcc: bool = True) -> tuple[list[Ker
                 if imported.kind == "cuda":
                     resources.update(nvcc_resources(imported.inspect_source(), arch))
     rows = []
-    for name, func in unscheduled_kernels(model, devices, placement).items():
-        target = scheduled[name].attrs.get("target") if name in scheduled else None
-        if target is None or target.kind.name != "cuda":  # index checks run on the host
-            continue
+    for name, (func, scheduled) in kernels.items():
         kind = kernel_kind(func, name)
         kind = "depthwise" if kind == "conv2d" and is_depthwise(func) else kind
         mine = [r for k, r in resources.items() if k.startswith(f"{name}_kernel")]
-        blocks, threads = launch_shape(scheduled[name])
+        blocks, threads = launch_shape(scheduled)
         rows.append(KernelRow(
             kernel=name, kind=kind, rule=compiled.stats.rules.get(name),
             mflop=estimated_flops(func) / 1e6,
-            scheduled_mflop=estimated_flops(scheduled[name]) / 1e6,
+            scheduled_mflop=estimated_flops(scheduled) / 1e6,
             blocks=blocks, threads=threads,
             registers=max((r["registers"] for r in mine), default=None),
             spill_bytes=sum(r["spill_bytes"] for r in mine),

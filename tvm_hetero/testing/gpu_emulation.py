@@ -473,25 +473,18 @@ def check_gpu_schedule(original_func, scheduled_func, *, seed: int = 0,
 
 def cuda_build_kernels(model, arch: str = "sm_90") -> dict[str, tuple[Any, Any, str | None]]:
     """Every CUDA kernel of `model` built all on ``cuda@ARCH`` (no GPU needed), with what the
-    check needs: ``{kernel: (unscheduled, scheduled, rule)}``, the rule from
-    ``compiled.stats.rules``, the unscheduled kernel from
-    :func:`~tvm_hetero.testing.scheduled.unscheduled_kernels`. Kernels without thread-bound
-    loops (run-time index checks, which run on the host CPU) are left out."""
-    import tvm_hetero as th
+    check needs: ``{kernel: (unscheduled, scheduled, rule)}``, by name, the rule from
+    ``compiled.stats.rules`` (:func:`~tvm_hetero.testing.scheduled.built_cuda_kernels`; index
+    checks, which run on the host CPU, are left out)."""
+    from .scheduled import built_cuda_kernels
 
-    from .scheduled import keep_scheduled, unscheduled_kernels
-
-    devices = th.DeviceSet.parse([f"cuda@{arch}"])
-    placement = th.Placement.all_on(
-        th.extract_layers(model, th.PrepareConfig.for_devices(devices)), devices.names[0])
-    scheduled: dict = {}
-    compiled = th.build(model, placement, devices, extra_passes=[keep_scheduled(scheduled)])
-    originals = unscheduled_kernels(model, devices, placement)
-    missing = sorted(k for k, f in scheduled.items() if is_gpu_scheduled(f) and k not in originals)
-    if missing:
-        raise CannotEmulate(f"no unscheduled kernel named {missing[0]} in the placed module")
-    return {kernel: (originals[kernel], func, compiled.stats.rules.get(kernel))
-            for kernel, func in sorted(scheduled.items()) if is_gpu_scheduled(func)}
+    try:
+        compiled, kernels = built_cuda_kernels(model, arch)
+    except ValueError as err:
+        raise CannotEmulate(str(err)) from err
+    return {name: (original, scheduled, compiled.stats.rules.get(name))
+            for name, (original, scheduled) in sorted(kernels.items())
+            if is_gpu_scheduled(scheduled)}
 
 
 __all__ = ["CannotEmulate", "ScheduleMismatch", "buffer_errors", "build_for_cpu",

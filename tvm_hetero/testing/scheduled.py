@@ -63,5 +63,33 @@ def unscheduled_kernels(model, devices, placement) -> dict:
     return kernels
 
 
-__all__ = ["ScheduledOnly", "estimated_flops", "is_depthwise", "keep_scheduled",
-           "unscheduled_kernels"]
+def built_cuda_kernels(model, arch: str = "sm_90"):
+    """`model` built all on ``cuda@ARCH`` (no GPU needed), with each kernel built for cuda
+    before and after scheduling: ``(compiled, {kernel: (unscheduled, scheduled)})`` in the
+    placed module's order. Index checks, which run on the host CPU, are not among them.
+
+    Raises
+    ------
+    ValueError
+        When a scheduled cuda kernel has no unscheduled kernel of its name.
+    """
+    import tvm_hetero as th
+
+    devices = th.DeviceSet.parse([f"cuda@{arch}"])
+    placement = th.Placement.all_on(
+        th.extract_layers(model, th.PrepareConfig.for_devices(devices)), devices.names[0])
+    scheduled: dict = {}
+    compiled = th.build(model, placement, devices, extra_passes=[keep_scheduled(scheduled)])
+    on_cuda = {name for name, func in scheduled.items()
+               if func.attrs is not None and "target" in func.attrs
+               and func.attrs["target"].kind.name == "cuda"}
+    originals = unscheduled_kernels(model, devices, placement)
+    missing = sorted(on_cuda - set(originals))
+    if missing:
+        raise ValueError(f"no unscheduled kernel named {missing[0]} in the placed module")
+    return compiled, {name: (func, scheduled[name]) for name, func in originals.items()
+                      if name in on_cuda}
+
+
+__all__ = ["ScheduledOnly", "built_cuda_kernels", "estimated_flops", "is_depthwise",
+           "keep_scheduled", "unscheduled_kernels"]
