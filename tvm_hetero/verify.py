@@ -147,6 +147,19 @@ def reference_outputs(model: Any, devices, inputs: dict[str, np.ndarray],
 _NO_ONNXRUNTIME = "onnxruntime is not installed"
 
 
+def reference_session(onnx_model):
+    """An onnxruntime CPU session of `onnx_model` for reference outputs: warnings off, and the
+    graph as written (its graph optimizations off: onnxruntime 1.32's fusions answered a
+    Transpose then a MatMul by a vector wrong, generated graph 20222)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(onnx_model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
 def _onnxruntime_outputs(model, inputs: dict[str, np.ndarray]):
     """(onnxruntime's outputs of the original ONNX model, its version) or (None, why not)."""
     try:
@@ -160,13 +173,7 @@ def _onnxruntime_outputs(model, inputs: dict[str, np.ndarray]):
             return None, f"no value for input {spec.name!r}"
         feeds[spec.source_name or spec.name] = np.asarray(value)
     try:
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        # the graph as written: onnxruntime 1.32's fusions answer wrong (Transpose then a
-        # MatMul by a vector, generated graph 20222), and a reference must not
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        session = ort.InferenceSession(model.onnx_model.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
+        session = reference_session(model.onnx_model)
         names = [arg.name for arg in session.get_inputs()]
         outputs = session.run(None, {name: feeds[name] for name in names if name in feeds})
     except Exception as err:  # noqa: BLE001 (onnxruntime raises many kinds: all mean "refused")

@@ -64,17 +64,11 @@ def light_model(name: str, seed: int = 0):
 
 def onnx_reference(onnx_model, inputs: dict[str, np.ndarray], model=None) -> list[np.ndarray]:
     """Outputs of onnxruntime (CPU) for the same inputs (keys: Relax or ONNX input names)."""
-    import onnxruntime as ort
+    from ..verify import reference_session
 
     if model is not None:
         inputs = {spec.source_name or spec.name: inputs[spec.name] for spec in model.inputs}
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    # the graph as written, as tvm_hetero.verify's reference (onnxruntime's fusions erred)
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(onnx_model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, inputs)
+    return reference_session(onnx_model).run(None, inputs)
 
 
 def onnx_case_dir(name: str) -> str:

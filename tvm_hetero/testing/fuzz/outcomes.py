@@ -138,15 +138,9 @@ def compare(got: list, want: list) -> tuple[float, str, int | None]:
 
 def onnxruntime_outputs(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """onnxruntime's (CPU) outputs of an ONNX model."""
-    import onnxruntime as ort
+    from ...verify import reference_session
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    # the graph as written, as tvm_hetero.verify's reference (onnxruntime's fusions erred)
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, inputs)
+    return reference_session(model).run(None, inputs)
 
 
 def one_line(err: BaseException, limit: int = 300) -> str:
