@@ -58,6 +58,10 @@ class PrepareConfig:
         Run 1-D convolutions (NCW) as 2-D ones of height 1, the elementwise ops between them
         in 4-D (:class:`~tvm_hetero.prepare.conv1d_as_conv2d.Conv1dAsConv2d`), so that the
         2-D convolution rules and the blocked layout reach them.
+    flatten_matmul_rows : bool
+        Take a product of a batched activation by a 2-D weight as one 2-D product of all its
+        rows, its elementwise epilogue in 2-D
+        (:class:`~tvm_hetero.prepare.flatten_matmul_rows.FlattenMatmulRows`).
     winograd_min_tiles, winograd_max_weight_bytes : int
         The Winograd fit test's thresholds (see :mod:`tvm_hetero.ops.winograd`).
     """
@@ -71,6 +75,7 @@ class PrepareConfig:
     winograd: bool = True
     grouped_pixels: bool = True
     conv1d_as_conv2d: bool = True
+    flatten_matmul_rows: bool = True
     winograd_min_tiles: int = winograd_op.MIN_TILES
     winograd_max_weight_bytes: int = winograd_op.MAX_WEIGHT_BYTES
 

@@ -31,6 +31,7 @@ def model_phase(config: PrepareConfig):
 
     from .conv1d_as_conv2d import Conv1dAsConv2d
     from .drop_dropout import DropDropout
+    from .flatten_matmul_rows import FlattenMatmulRows
     from .merge_concatenated_convs import MergeConcatenatedConvs
     from .simplify_stack_sum import SimplifyStackSum
 
@@ -48,6 +49,8 @@ def model_phase(config: PrepareConfig):
         *([Conv1dAsConv2d(), t.CanonicalizeBindings()] if config.conv1d_as_conv2d else []),
         # parallel convolutions of one input whose outputs a Concat joins: one convolution
         MergeConcatenatedConvs(),
+        # a batched activation by a 2-D weight: one product of all the rows
+        *([FlattenMatmulRows()] if config.flatten_matmul_rows else []),
         t.DeadCodeElimination(),
     ], name="tvm_hetero.PrepareModel")
 
