@@ -33,6 +33,9 @@ setup(
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3", "onnxruntime>=1.18", "hypothesis>=6"],
         "torch": ["torch==2.13.0"],
+        # benchmarks/real_models.py: torch's exporters and the models, OpenVINO to compare
+        "bench": ["torch==2.14.1", "torchvision==0.29.1", "transformers", "onnxscript",
+                  "openvino"],
     },
     entry_points={"console_scripts": ["tvm-hetero=tvm_hetero.cli.main:main"]},
 )
