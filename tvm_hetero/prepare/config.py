@@ -58,6 +58,9 @@ class PrepareConfig:
         Run 1-D convolutions (NCW) as 2-D ones of height 1, the elementwise ops between them
         in 4-D (:class:`~tvm_hetero.prepare.conv1d_as_conv2d.Conv1dAsConv2d`), so that the
         2-D convolution rules and the blocked layout reach them.
+    drop_padding_taps : bool
+        Convolution taps that read only padding for every output are not computed
+        (:class:`~tvm_hetero.prepare.drop_padding_taps.DropPaddingTaps`).
     flatten_matmul_rows : bool
         Take a product of a batched activation by a 2-D weight as one 2-D product of all its
         rows, its elementwise epilogue in 2-D
@@ -75,6 +78,7 @@ class PrepareConfig:
     winograd: bool = True
     grouped_pixels: bool = True
     conv1d_as_conv2d: bool = True
+    drop_padding_taps: bool = True
     flatten_matmul_rows: bool = True
     winograd_min_tiles: int = winograd_op.MIN_TILES
     winograd_max_weight_bytes: int = winograd_op.MAX_WEIGHT_BYTES

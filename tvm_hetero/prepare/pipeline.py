@@ -31,6 +31,7 @@ def model_phase(config: PrepareConfig):
 
     from .conv1d_as_conv2d import Conv1dAsConv2d
     from .drop_dropout import DropDropout
+    from .drop_padding_taps import DropPaddingTaps
     from .flatten_matmul_rows import FlattenMatmulRows
     from .merge_concatenated_convs import MergeConcatenatedConvs
     from .simplify_stack_sum import SimplifyStackSum
@@ -47,6 +48,8 @@ def model_phase(config: PrepareConfig):
         t.FoldConstant(),
         # 1-D convolutions as 2-D ones of height 1, for the 2-D rules and layout
         *([Conv1dAsConv2d(), t.CanonicalizeBindings()] if config.conv1d_as_conv2d else []),
+        # window taps that read only padding (dilated convolutions on small maps) dropped
+        *([DropPaddingTaps()] if config.drop_padding_taps else []),
         # parallel convolutions of one input whose outputs a Concat joins: one convolution
         MergeConcatenatedConvs(),
         # a batched activation by a 2-D weight: one product of all the rows
