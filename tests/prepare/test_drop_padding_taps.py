@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 import tvm_hetero as th
-from tvm_hetero.prepare.drop_padding_taps import DropPaddingTaps, live_taps
+from tvm_hetero.prepare.drop_padding_taps import DropPaddingTaps, live_taps, tap_bands
 from tvm_hetero.testing import max_relative_error, onnx_reference
 
 
@@ -40,8 +40,8 @@ def _conv_module(data_shape, weight, **attrs):
 @pytest.mark.parametrize("size, dilation, taps, padding, new_dilation", [
     # rate 6 on 4x4 (pad 6): the centre tap only, a 1x1 convolution without padding
     (4, 6, (slice(1, 2), slice(1, 2)), [0, 0, 0, 0], [1, 1]),
-    # rate 3 on 4x4: every tap reads the map for some output row: unchanged
-    (4, 3, None, None, None),
+    # a 3x3 window with a one-pixel border on 8x8: 16 % of the work reads padding: unchanged
+    (8, 1, None, None, None),
     # rate 2 on 1x7 (pad 2): rows of the centre only, every column
     ((1, 7), 2, (slice(1, 2), slice(0, 3)), [0, 2, 0, 2], [1, 2]),
 ])
@@ -56,6 +56,43 @@ def test_the_window_loses_its_padding_only_taps(size, dilation, taps, padding, n
         expected = _conv_module([1, 4, height, width], weight[:, :, taps[0], taps[1]].copy(),
                                 padding=padding, dilation=new_dilation)
     tvm.ir.assert_structural_equal(DropPaddingTaps()(before), expected)
+
+
+@pytest.mark.parametrize("size, out_size, kernel, stride, pad, dilation, expected", [
+    # rate 3 on 4 (pad 3): the border outputs read two taps, the inner ones the centre only
+    (4, 4, 3, 1, 3, 3, [(0, 1, 1, 2), (1, 3, 1, 1), (3, 4, 0, 1)]),
+    (16, 16, 3, 1, 12, 12, [(0, 4, 1, 2), (4, 12, 1, 1), (12, 16, 0, 1)]),
+    (8, 8, 3, 1, 1, 1, [(0, 1, 1, 2), (1, 7, 0, 2), (7, 8, 0, 1)]),
+    (5, 3, 3, 2, 1, 1, [(0, 1, 1, 2), (1, 2, 0, 2), (2, 3, 0, 1)]),
+    (1, 3, 3, 1, 2, 1, [(0, 1, 2, 2), (1, 2, 1, 1), (2, 3, 0, 0)]),
+    (2, 6, 1, 1, 2, 1, [(0, 2, 0, -1), (2, 4, 0, 0), (4, 6, 0, -1)]),  # all padding
+])
+def test_tap_bands_group_the_outputs_reading_the_same_taps(size, out_size, kernel, stride,
+                                                           pad, dilation, expected):
+    assert tap_bands(size, out_size, kernel, stride, pad, dilation) == expected
+
+
+def test_a_convolution_reading_mostly_padding_is_computed_by_bands():
+    # a 1x3 window of rate 3 over width 4 (pad 3): outputs 0 and 3 read two taps, 1 and 2
+    # only the centre; half the tap-pixels read padding
+    weight = np.random.default_rng(0).standard_normal((8, 4, 1, 3)).astype("float32")
+    before = _conv_module([1, 4, 1, 4], weight, padding=[0, 3, 0, 3], dilation=[1, 3])
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 4, 1, 4], "float32"))
+
+    def conv(data, taps, dilation):
+        return relax.op.nn.conv2d(data, relax.const(weight[:, :, :, taps].copy()),
+                                  padding=[0, 0, 0, 0], dilation=dilation)
+
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            first = builder.emit(conv(x, slice(1, 3), [1, 3]))
+            inner = builder.emit(relax.op.strided_slice(x, [3], [1], [3]))
+            middle = builder.emit(conv(inner, slice(1, 2), [1, 1]))
+            last = builder.emit(conv(x, slice(0, 2), [1, 3]))
+            out = builder.emit_output(relax.op.concat([first, middle, last], axis=3))
+        builder.emit_func_output(out)
+    tvm.ir.assert_structural_equal(DropPaddingTaps()(before), builder.get())
 
 
 def _atrous_pyramid():
@@ -90,10 +127,11 @@ def test_an_atrous_pyramid_computes_only_the_taps_on_its_map_and_is_right():
     model = th.load_model(onnx_model)
     layers = th.extract_layers(model)
     # rates 4 and 6 read the 4x4 map with their centre tap only: 1x1 work (2 * 16 * 8 * 16
-    # FLOPs each); rate 2's every tap reads it; with the 1x1 branch and the projection
-    full_3x3, one_by_one = 2 * 16 * 9 * 8 * 16, 2 * 16 * 8 * 16
+    # FLOPs each); rate 2 reads 64 of its 144 tap-pixels from the map, by bands; with the 1x1
+    # branch and the projection
+    one_by_one = 2 * 16 * 8 * 16
     assert sum(l.flops for l in layers if l.kind == "conv2d") \
-        <= full_3x3 + 3 * one_by_one + 2 * 32 * 8 * 16 + 8 * 16 * 4  # + bias/relu slack
+        <= 64 / 16 * one_by_one + 3 * one_by_one + 2 * 32 * 8 * 16 + 8 * 16 * 4  # + bias
     for placement in ("all:cpu", {l.name: ("cpu", "cpu-generic")[i % 2]
                                   for i, l in enumerate(layers)}):
         compiled = th.build(model, placement if isinstance(placement, str)
