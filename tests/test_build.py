@@ -1,4 +1,5 @@
 import re
+import zlib
 
 import numpy as np
 import pytest
@@ -18,11 +19,12 @@ TOLERANCE = 1e-4
 
 def check_outputs(compiled, model, inputs, reference):
     got = compiled.run(inputs)
-    assert len(got) == len(reference)
+    placed = compiled.placement.assignment  # a failure names the placement
+    assert len(got) == len(reference), placed
     for a, b in zip(got, reference):
-        assert a.shape == np.asarray(b).shape
+        assert a.shape == np.asarray(b).shape, placed
     error = max_relative_error(got, reference)
-    assert error < TOLERANCE, error
+    assert error < TOLERANCE, (error, placed)
 
 
 # resnet (34 s) is slow: test_properties places the zoo's resnet at random in the default run
@@ -35,7 +37,8 @@ def test_random_placements_match_single_device_and_onnxruntime(name, cpu_devices
     ort_out = onnx_reference(model.onnx_model, inputs, model)
     single = th.build(model, th.Placement.all_on(layers, "cpu"), cpu_devices).run(inputs)
     assert max_relative_error(single, ort_out) < TOLERANCE
-    rng = np.random.default_rng(hash(name) % 2**32)
+    # a seed of the name's bytes: the same placements in every run (hash() is salted)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
     for _ in range(6):
         placement = random_placement(layers, cpu_devices.names, rng)
         compiled = th.build(model, placement, cpu_devices)
