@@ -5,11 +5,11 @@
 
 Builds one model at its real size with seeded random weights (torchvision with
 ``weights=None``, transformers from its default config: nothing is downloaded), re-draws the
-weights that are constant (zero heads, zero biases, layer scales of 1e-6, batch-norm running
-statistics) so that no branch vanishes, checks that every output varies (over its elements and
-between two inputs), and exports it with ``torch.onnx.export``: ``torchscript`` is
-``dynamo=False, opset_version=17``, ``dynamo`` is ``dynamo=True`` (its default opset, weights in
-``NAME.dynamo.onnx.data`` beside the file). The dynamic axes users give (batch, sequence) stay
+weights that are constant (zero heads, zero biases, layer scales of 1e-6) so that no branch
+vanishes, sets the batch norms' running statistics from seeded random inputs, checks that
+every output varies (over its elements and between two inputs), and exports it with
+``torch.onnx.export``: ``torchscript`` is ``dynamo=False, opset_version=17``, ``dynamo`` is
+``dynamo=True`` (its default opset, weights in ``NAME.dynamo.onnx.data`` beside the file). The dynamic axes users give (batch, sequence) stay
 dynamic in the file. Writes into the output directory:
 
 - ``NAME.EXPORTER.onnx`` (and its ``.data``), or nothing where the exporter fails;
@@ -317,6 +317,28 @@ def redraw_constant_weights(module, generator) -> list[str]:
     return changed
 
 
+def calibrate_batch_norms(module, inputs: dict, generator) -> bool:
+    """Set the batch norms' running statistics to those of seeded random inputs (a batch of
+    4, train mode, cumulative averages), as a trained model's norms scale its activations:
+    with the default statistics a deep CNN's signal vanishes (MobileNetV3's output then
+    depends on no input). Returns whether the module has batch norms."""
+    import torch
+
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return False
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None
+    batch = {name: torch.randn((4, *value.shape[1:]), generator=generator)
+             for name, value in inputs.items()}
+    module.train()
+    with torch.no_grad():
+        module(*batch.values())
+    module.eval()
+    return True
+
+
 def _flat(outputs):
     import torch
 
@@ -365,6 +387,7 @@ def build(name: str):
         module.eval()
         generator = torch.Generator().manual_seed(SEED + 10 * attempt + 1)
         redraw_constant_weights(module, generator)
+        calibrate_batch_norms(module, inputs, generator)
         problem = check_outputs_vary(module, inputs)
         if problem is None:
             return module, inputs, outputs, axes, attempt
@@ -376,6 +399,21 @@ def one_line(err: BaseException) -> str:
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     text = lines[0] if lines else ""
     return f"{type(err).__name__}: {text}"[:300]
+
+
+def _dynamo_axes(module, inputs: dict, axes: dict) -> dict:
+    """``dynamic_axes``, or for a forward taking ``*args`` (which torch cannot map names
+    onto) the same axes as ``dynamic_shapes``, one entry per argument."""
+    import inspect
+
+    import torch
+
+    kinds = [p.kind for p in inspect.signature(module.forward).parameters.values()]
+    if inspect.Parameter.VAR_POSITIONAL not in kinds:
+        return {"dynamic_axes": axes}
+    shapes = [{dim: torch.export.Dim.AUTO for dim in axes.get(name, {})} for name in inputs]
+    fixed = kinds.index(inspect.Parameter.VAR_POSITIONAL)
+    return {"dynamic_shapes": (*shapes[:fixed], tuple(shapes[fixed:]))}  # *args: one tuple
 
 
 def export(name: str, exporter: str, out_dir: str) -> dict:
@@ -393,15 +431,16 @@ def export(name: str, exporter: str, out_dir: str) -> dict:
                   torch=torch.__version__)
     start = time.perf_counter()
     try:
-        with torch.no_grad():
-            if exporter == "torchscript":
-                torch.onnx.export(module, tuple(inputs.values()), path, dynamo=False,
-                                  opset_version=17, input_names=list(inputs),
-                                  output_names=outputs, dynamic_axes=axes)
-            else:
-                torch.onnx.export(module, tuple(inputs.values()), path, dynamo=True,
-                                  input_names=list(inputs), output_names=outputs,
-                                  dynamic_axes=axes)
+        # grad mode on, as users call it (under no_grad nn.MultiheadAttention takes its fused
+        # fast path, which TorchScript cannot export)
+        if exporter == "torchscript":
+            torch.onnx.export(module, tuple(inputs.values()), path, dynamo=False,
+                              opset_version=17, input_names=list(inputs),
+                              output_names=outputs, dynamic_axes=axes)
+        else:
+            torch.onnx.export(module, tuple(inputs.values()), path, dynamo=True,
+                              input_names=list(inputs), output_names=outputs,
+                              **_dynamo_axes(module, inputs, axes))
         record.update(status="ok", error=None)
     except Exception as err:  # the exporter's failure is the record, not ours
         for leftover in (path, path + ".data"):
