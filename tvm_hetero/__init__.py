@@ -30,6 +30,7 @@ from .optimize.metaschedule import KernelTuningDatabase, TuningSummary, tune_ker
 from .placement import Placement
 from .prepare import PrepareConfig, prepare
 from .profiles import Profile, profile_model
+from .profiling import KernelProfile, ProfileRow
 from .report import write_report
 from .runtime import CompiledModel, LatencySummary, load, time_function
 from .search import STRATEGIES, TuneResult, candidates, tune
@@ -41,9 +42,10 @@ __version__ = "0.1.0"
 __all__ = [
     "AnnotateDevice", "BuildError", "CompiledModel", "Database", "Device", "DeviceError",
     "DeviceSet", "DeviceStatus", "ErrorKind", "HeteroError", "InputError", "InputSpec",
-    "KernelTuningDatabase", "LatencySummary", "Layer", "LocalBuilder", "LocalRunner",
-    "MeasureResult", "MeasureTask", "Measurer", "Model", "ModelError", "Placement",
-    "PlacementError", "PrepareConfig", "Profile", "TaskWeights", "TuningSummary", "ZOO",
+    "KernelProfile", "KernelTuningDatabase", "LatencySummary", "Layer", "LocalBuilder",
+    "LocalRunner", "MeasureResult", "MeasureTask", "Measurer", "Model", "ModelError",
+    "Placement", "PlacementError", "PrepareConfig", "Profile", "ProfileRow", "TaskWeights",
+    "TuningSummary", "ZOO",
     "build", "candidates",
     "extract_layers", "load", "load_model", "memory_use", "over_cap", "parse_device", "parse_size",
     "prepare", "probe", "profile_model", "STRATEGIES", "TuneResult", "time_function", "tune",

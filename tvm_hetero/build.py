@@ -30,7 +30,8 @@ from .optimize import RuleTable, schedule_passes
 from .optimize.metaschedule import KernelTuningDatabase
 from .placement import Placement
 from .prepare import PrepareConfig
-from .runtime import META_FORMAT, META_FUNC, META_VERSION, CompiledModel
+from .relax_ir import main_bindings
+from .runtime import KERNELS_KEY, META_FORMAT, META_FUNC, META_VERSION, CompiledModel
 
 logger = logging.getLogger(__name__)
 
@@ -313,7 +314,6 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
         "input_devices": input_devices, "num_weights": num_weights,
         "placement": dict(placement.assignment),
     }
-    annotated = _add_meta_function(annotated, meta)
     stats.annotate_s = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -328,7 +328,10 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
             scheduled = tvm.transform.Sequential(
                 schedule_passes(devices, optimize, tuning, stats.rules, stats.tuned_choices,
                                 unscheduled, rules) + list(extra_passes or []))(annotated)
-            lowered = _lower(scheduled)
+            # what a profile of the library needs, once the rules are known
+            meta[KERNELS_KEY] = _kernel_meta(layered, annotated, scheduled, devices,
+                                             stats.rules)
+            lowered = _lower(_add_meta_function(scheduled, meta))
     except Exception as err:
         raise BuildError(f"lowering the placed module failed: {error_message(err)}") from err
     stats.lower_s = time.perf_counter() - start
@@ -354,6 +357,54 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     logger.info("built %s for %s in %.2fs", model.name, ", ".join(devices.names), stats.total_s)
     return CompiledModel(executable, meta, devices, model.inputs, placement, libs=libs,
                          stats=stats)
+
+
+def _kernel_meta(layered, annotated, scheduled, devices: DeviceSet,
+                 rules: dict[str, str | None]) -> dict[str, dict[str, Any]]:
+    """``{kernel: {"layers", "device", "rule", "flops"}}`` for every kernel ``main`` of the
+    scheduled module calls (``hetero_meta()``'s ``kernels``, which a profile reads).
+
+    ``layers``: the layers calling it, in call order (one kernel can serve several layers of one
+    device; packing kernels the rules added serve none); ``device``: the device name; ``rule``:
+    the rule that scheduled it (``BuildStats.rules``; None: TVM's default loops); ``flops``:
+    TVM's estimate of the kernel as written, before scheduling (None where it has none).
+    """
+    tvm, relax = _import_tvm()
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    from .classify import classify_bindings
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    def calls(mod):
+        return [b for b in main_bindings(mod) if isinstance(b.value, relax.Call)
+                and b.value.op.same_as(call_tir)]
+
+    # annotation emits one call per call of the layered module, in order
+    names = [info.name for binding, info in classify_bindings(layered) if info is not None
+             and binding.value.op.same_as(call_tir)]
+    layers: dict[str, list[str]] = {}
+    for binding, layer in zip(calls(annotated), names):
+        layers.setdefault(binding.value.args[0].name_hint, []).append(layer)
+    vdevices = list(scheduled.global_infos["vdevice"])
+    out: dict[str, dict[str, Any]] = {}
+    for binding in calls(scheduled):
+        gv = binding.value.args[0]
+        if gv.name_hint in out:
+            continue
+        ty = binding.var.ty
+        if isinstance(ty, relax.TupleType) and len(ty.fields):
+            ty = ty.fields[0]
+        device = _vdevice_index(getattr(ty, "vdevice", None), vdevices)
+        func = annotated[gv.name_hint] if gv.name_hint in annotated else scheduled[gv]
+        try:
+            flops = float(estimate_tir_flops(tvm.IRModule({"main": func})))
+        except Exception:  # noqa: BLE001 (an estimate TVM cannot make is no FLOPs)
+            flops = None
+        out[gv.name_hint] = {"layers": layers.get(gv.name_hint, []),
+                             "device": devices.names[device], "rule": rules.get(gv.name_hint),
+                             "flops": flops}
+    return out
 
 
 def _vdevice_index(vdevice, vdevices) -> int:

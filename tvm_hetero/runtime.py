@@ -1,8 +1,9 @@
-"""A built executable at run time: load it, check inputs, run, time, export.
+"""A built executable at run time: load it, check inputs, run, time, profile, export.
 
 :func:`tvm_hetero.build` makes a :class:`CompiledModel`; :func:`load` reads one back from the
 ``.so`` it exported. The executable describes itself (``hetero_meta()``: its devices, inputs,
-their devices, the placement), so a loaded one runs like a built one. Nothing here compiles, but
+their devices, the placement, each kernel's layers, device, rule and FLOPs), so a loaded one
+runs and profiles (:mod:`tvm_hetero.profiling`) like a built one. Nothing here compiles, but
 TVM compiles the CUDA source a library built without a GPU carries when it loads it on a GPU
 machine: :func:`load` puts the disk cache of :mod:`tvm_hetero.cuda_cache` in front of that.
 """
@@ -13,7 +14,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -25,10 +26,16 @@ from .frontend import InputSpec
 from .frontend.onnx.index_guard import OUT_OF_RANGE
 from .placement import Placement
 
+if TYPE_CHECKING:
+    from .profiling import KernelProfile
+
 # the executable's self-description: the function returning it, its format and version
 META_FUNC = "hetero_meta"
 META_FORMAT = "tvm_hetero.executable"
 META_VERSION = 1
+# its optional key describing each kernel (layers, device, rule, FLOPs: what a profile reads);
+# libraries built before it was added profile without it
+KERNELS_KEY = "kernels"
 
 
 @dataclass
@@ -187,6 +194,57 @@ class CompiledModel:
 
         return time_function(lambda: main(*args, *weights), sync, warmup=warmup, repeat=repeat,
                              number=number, min_repeat_ms=min_repeat_ms)
+
+    def profile(self, inputs, *, repeat: int = 10, warmup: int = 3,
+                statistic: str = "median") -> "KernelProfile":
+        """Time every call of ``main`` (kernels, copies between devices, VM builtins).
+
+        Runs ``main`` under the VM's instrument, which times each call instruction
+        (:mod:`tvm_hetero.profiling`); the rows name each kernel's layer, device and rule from
+        the executable's description. A library built before it described its kernels
+        profiles too, with its kernels' layers and rules ``"unknown"``.
+
+        Parameters
+        ----------
+        inputs : dict of str to array, or sequence of arrays
+            As :meth:`run` takes them.
+        repeat : int
+            Instrumented runs timed, each after a plain run (default 10).
+        warmup : int
+            Untimed runs first (default 3; at least one, which records the calls).
+        statistic : str
+            ``"median"`` (default), ``"min"`` (best) or ``"mean"`` (whose rows add up to the
+            mean run exactly): each row's time over the `repeat` runs.
+
+        Returns
+        -------
+        KernelProfile
+            The rows in call order, their shares of the total, the run times.
+
+        Raises
+        ------
+        InputError
+            If the inputs do not match the model, or `repeat`, `warmup` or `statistic` is
+            invalid.
+        """
+        from .profiling import STATISTICS, profile_vm
+
+        if repeat < 1 or warmup < 0:
+            raise InputError(f"profile needs repeat >= 1 and warmup >= 0 (got {repeat} and "
+                             f"{warmup})")
+        if statistic not in STATISTICS:
+            raise InputError(f"profile statistic must be one of {', '.join(STATISTICS)}, got "
+                             f"{statistic!r}")
+        vm, weights = self._session()
+        args = self.prepare_inputs(inputs)
+        try:
+            return profile_vm(vm, [*args, *weights], self.devices, self.meta, repeat=repeat,
+                              warmup=warmup, statistic=statistic)
+        except Exception as err:  # the imported index checks raise through the VM
+            message = error_message(err)
+            if message.startswith(OUT_OF_RANGE):
+                raise InputError(message) from None
+            raise
 
 
 def load(path: str | os.PathLike,

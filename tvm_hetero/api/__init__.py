@@ -17,6 +17,7 @@ handling they share. Use them from here: ``tvm_hetero.api`` is the interface.
 """
 
 from ..memory import format_bytes
+from ..profiling import STATISTICS as PROFILE_STATISTICS
 from ..search import DEFAULT_THRESHOLD, STRATEGIES
 from .common import device_set
 from .inspection import (ModelLayers, device_status, inspect_model, optimization_rules,
@@ -24,7 +25,8 @@ from .inspection import (ModelLayers, device_status, inspect_model, optimization
 from .library import CompileResult, RunResult, compile_model, read_inputs, run_library
 from .placement_search import report_records, tune_placement
 
-__all__ = ["CompileResult", "DEFAULT_THRESHOLD", "ModelLayers", "RunResult", "STRATEGIES",
+__all__ = ["CompileResult", "DEFAULT_THRESHOLD", "ModelLayers", "PROFILE_STATISTICS",
+           "RunResult", "STRATEGIES",
            "compile_model", "device_set", "device_status", "format_bytes", "inspect_model",
            "optimization_rules", "optimization_table", "read_inputs", "report_records",
            "run_library", "tune_placement"]

@@ -1,5 +1,5 @@
 """The library's commands: ``compile`` (build a placed model, tune its kernels, verify, write
-the ``.so``) and ``run`` (load one, run it, time it)."""
+the ``.so``) and ``run`` (load one, run it, time it, profile its kernels)."""
 
 from __future__ import annotations
 
@@ -233,19 +233,40 @@ def _tune_kernels(model, placement, devices, trials, tuning_db, share, progress,
 
 @dataclass
 class RunResult:
-    """What :func:`run_library` ran and measured."""
+    """What :func:`run_library` ran and measured.
+
+    Attributes
+    ----------
+    library : str
+    compiled : CompiledModel
+    outputs : list of numpy.ndarray
+    latency : LatencySummary
+    profile : KernelProfile or None
+        With `profile`: the time of every call of ``main`` (None without).
+    profile_top : int or None
+        The rows :meth:`profile_table` shows (None: all).
+    """
 
     library: str
     compiled: Any
     outputs: list[np.ndarray]
     latency: Any  # LatencySummary
+    profile: Any = None  # KernelProfile
+    profile_top: int | None = None
+
+    def profile_table(self) -> str:
+        """The profile as text, slowest first, its `profile_top` rows and the rest summed."""
+        return self.profile.table(self.profile_top) if self.profile is not None else ""
 
     def to_json(self) -> dict[str, Any]:
-        """The summary ``run --json`` prints."""
-        return {"library": self.library, "model": self.compiled.meta.get("model"),
-                "devices": self.compiled.devices.names, "latency_ms": self.latency.to_json(),
-                "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)}
-                            for o in self.outputs]}
+        """The summary ``run --json`` prints (with a profile: all its rows)."""
+        out = {"library": self.library, "model": self.compiled.meta.get("model"),
+               "devices": self.compiled.devices.names, "latency_ms": self.latency.to_json(),
+               "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)}
+                           for o in self.outputs]}
+        if self.profile is not None:
+            out["profile"] = self.profile.to_json()
+        return out
 
 
 def read_inputs(path: str) -> dict[str, np.ndarray]:
@@ -265,8 +286,11 @@ def read_inputs(path: str) -> dict[str, np.ndarray]:
 
 def run_library(library: str, devices: DeviceSet | Sequence[str] | None = None, *,
                 inputs: str | dict[str, np.ndarray] | None = None, output: str | None = None,
-                repeat: int = 10, warmup: int = 3, seed: int = 0) -> RunResult:
-    """Load a library written by :func:`compile_model`, run it once, time it.
+                repeat: int = 10, warmup: int = 3, seed: int = 0, profile: bool = False,
+                profile_top: int | None = None,
+                profile_statistic: str | None = None) -> RunResult:
+    """Load a library written by :func:`compile_model`, run it once, time it, and with
+    `profile` time each of its kernels and copies (:meth:`CompiledModel.profile`).
 
     Parameters
     ----------
@@ -282,15 +306,36 @@ def run_library(library: str, devices: DeviceSet | Sequence[str] | None = None, 
         Timed measurements and untimed runs first (defaults 10 and 3).
     seed : int
         Seed of the random inputs (default 0).
+    profile : bool
+        Also profile the library, over `repeat` instrumented runs after `warmup` untimed
+        ones (default False).
+    profile_top : int, optional
+        With `profile`: the slowest rows :meth:`RunResult.profile_table` shows, the rest
+        summed (default: all).
+    profile_statistic : str, optional
+        With `profile`: each row's ``median`` (None, the default), ``min`` or ``mean`` over
+        the runs.
 
     Returns
     -------
     RunResult
+
+    Raises
+    ------
+    HeteroError
+        A library, device or inputs file that does not fit, an invalid count, or
+        `profile_top` or another statistic without `profile`.
     """
     from ..runtime import load
 
     if repeat < 1 or warmup < 0:
         raise InputError("--repeat must be >= 1 and --warmup >= 0")
+    if profile_top is not None and not profile:
+        raise InputError("--profile-top needs --profile")
+    if profile_statistic is not None and not profile:
+        raise InputError("--profile-stat needs --profile")
+    if profile_top is not None and profile_top < 1:
+        raise InputError(f"--profile-top must be >= 1, got {profile_top}")
     if output:
         writable(output)
     with quiet_native_stderr():  # TVM's "Scope Saving" chatter
@@ -303,6 +348,8 @@ def run_library(library: str, devices: DeviceSet | Sequence[str] | None = None, 
         inputs = {spec.name: spec.random(rng) for spec in compiled.inputs}
     outputs = compiled.run(inputs)
     latency = compiled.benchmark(inputs, warmup=warmup, repeat=repeat)
+    profiled = compiled.profile(inputs, repeat=repeat, warmup=warmup,
+                                statistic=profile_statistic or "median") if profile else None
     if output:
         np.savez(output, **{f"output_{i}": out for i, out in enumerate(outputs)})
-    return RunResult(library, compiled, outputs, latency)
+    return RunResult(library, compiled, outputs, latency, profiled, profile_top)
