@@ -70,8 +70,9 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
                                          "row-reductions", "parallel-loops"]
     assert by_pair[("cpu", "pooling")] == ["pooling-rows", "reduction-chains",
                                           "parallel-loops"]
-    assert by_pair[("cpu", "reduction")] == ["row-reductions", "reduction-chains",
-                                            "parallel-loops", "dlight.cpu.Reduction"]
+    assert by_pair[("cpu", "reduction")] == ["scan-lines", "row-reductions",
+                                            "reduction-chains", "parallel-loops",
+                                            "dlight.cpu.Reduction"]
     assert by_pair[("cpu", "elementwise")] == ["concat-copies", "layout-copies",
                                               "injective-lanes", "parallel-loops"]
     assert by_pair[("cpu", "normalization")] == ["row-reductions", "parallel-loops"]

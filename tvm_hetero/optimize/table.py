@@ -29,6 +29,7 @@ from .cpu.grouped_pixels_1x1 import GroupedPixels1x1
 from .cpu.injective_lanes import InjectiveLanes
 from .cpu.packed_weights import tiled_fits_better
 from .cpu.row_reductions import RowReductions, not_a_matrix_vector_product, reduces_only
+from .cpu.scan_lines import ScanLines
 from .gpu import DlightRule, gpu_rules
 from .gpu.window_tiles import WindowTiles
 from .rule import FAMILIES, Rule
@@ -59,8 +60,8 @@ from .rule import FAMILIES, Rule
 # GPU rules of issue 31 (matmul-tiles with split reductions, window-tiles, column-gemv, row-chains, dlight's GEMV and
 # Reduction within a work budget, kernels over the GPU's limits passed on; CPU kernels
 # unchanged): tuned-vs-rules comparisons stored in a tuning database under another version are
-# measured again.
-RULES_VERSION = 26
+# measured again; 27 scan-lines (cumulative sums and products, which had no lowering before).
+RULES_VERSION = 27
 
 
 def default_table() -> "RuleTable":
@@ -106,6 +107,7 @@ def default_table() -> "RuleTable":
     # computes the mean again for every output of the row: a decode step's 1 x 4096 RMS norm
     # 14 ms, 4.5 us as a row; 2 x 64 x 768 under reduction-chains 89 us, as rows 58 us
     table[("cpu", "reduction")] = [
+        ScanLines(),  # only the scan kernels of ops.scan (cumsum, cumprod)
         RowReductions().unless(reduces_only, "a plain reduction: independent chains"),
         ReductionChains(), parallel,
         DlightRule("cpu", "Reduction", "TVM dlight CPU rule for reductions",

@@ -1,5 +1,7 @@
-"""The legalization of ``relax.nn.conv2d``: blocked-layout convolutions to the computes of
-:mod:`tvm_hetero.ops` (Winograd where it fits), the others to TVM's own."""
+"""The legalizations of our own: ``relax.nn.conv2d`` (blocked-layout convolutions to the
+computes of :mod:`tvm_hetero.ops`, Winograd where it fits, the others to TVM's own) and
+``relax.cumsum``/``relax.cumprod``, which TVM 0.27 does not legalize (the scan kernel of
+:mod:`tvm_hetero.ops.scan`)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from tvm import relax
 from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
 from ..errors import ModelError
-from ..ops import conv2d_nchwc, grouped_conv1x1, winograd
+from ..ops import conv2d_nchwc, grouped_conv1x1, scan, winograd
 from .config import PrepareConfig
 
 
@@ -81,3 +83,42 @@ def conv2d_legalizer(config: PrepareConfig, keeps=None):
                           attrs.padding, attrs.dilation, primfunc_name_hint="conv2d")
 
     return legalize
+
+
+def scan_legalizers() -> dict:
+    """The ``LegalizeOps`` functions of ``relax.cumsum`` and ``relax.cumprod`` (TVM 0.27 has
+    none: their ops are left as they are and the build fails): the scan kernel of
+    :func:`tvm_hetero.ops.scan.emit_scan`, along the call's axis, in its dtype, exclusive as
+    asked; with no axis over the flattened data, as the op specifies.
+
+    Returns
+    -------
+    dict
+        ``{"relax.cumsum": legalize, "relax.cumprod": legalize}``.
+    """
+
+    def legalizer(op: str):
+        def legalize(bb, call):
+            attrs = call.attrs
+            data = call.args[0]
+            out_dtype = str(attrs.dtype) if attrs.dtype is not None and str(attrs.dtype) \
+                not in ("", "void") else None
+            axis = attrs.axis
+            if axis is None:  # the flattened data
+                extents = getattr(getattr(data.ty, "shape", None), "values", None)
+                if extents is None:
+                    raise ModelError(f"relax.{op} needs a known input shape")
+                size = 1
+                for extent in extents:
+                    size = size * extent
+                data = bb.emit(relax.op.reshape(data, (size,)))
+                axis = 0
+            try:
+                return scan.emit_scan(bb, data, int(axis), op, bool(attrs.exclusive),
+                                      out_dtype=out_dtype)
+            except ValueError as err:
+                raise ModelError(f"relax.{op}: {err}") from err
+
+        return legalize
+
+    return {f"relax.{op}": legalizer(op) for op in scan.SCAN_OPS}

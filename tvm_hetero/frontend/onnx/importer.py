@@ -14,6 +14,7 @@ from . import refusals, shape_inference
 # imported for their registrations: each adds its fixes to FIXES
 from . import (attention, elementwise, gather_scatter, recurrent, resize,  # noqa: F401
                sequences, shape_ops)
+from . import cumsum, dynamic_quantization  # noqa: F401
 from .registry import FIXES, node_name
 
 logger = logging.getLogger(__name__)
