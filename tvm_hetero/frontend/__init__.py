@@ -116,6 +116,37 @@ def _onnx_input_specs(model) -> list[tuple[str, list, str]]:
     return out
 
 
+def static_shape_hint(name: str, dims: list) -> str:
+    """The ``--input-shape`` option that pins an input's dynamic dimensions.
+
+    Parameters
+    ----------
+    name : str
+        The input's name.
+    dims : list of int or str
+        Its dimensions: a size, or the name of a dynamic one (``"?"`` or ``0`` for one that
+        has no name).
+
+    Returns
+    -------
+    str
+        E.g. ``--input-shape input_ids=1,<seq> with a number for <seq>``: the static sizes
+        kept, each dynamic dimension a placeholder named after it (``<dim1>`` when it has
+        no name).
+    """
+    parts, holes = [], []
+    for axis, dim in enumerate(dims):
+        if isinstance(dim, (int, np.integer)) and dim > 0:
+            parts.append(str(int(dim)))
+            continue
+        label = str(dim) if isinstance(dim, str) and dim not in ("", "?") else f"dim{axis}"
+        parts.append(f"<{label}>")
+        if parts[-1] not in holes:
+            holes.append(parts[-1])
+    which = holes[0] if len(holes) == 1 else "each of " + ", ".join(holes)
+    return f"--input-shape {name}={','.join(parts)} with a number for {which}"
+
+
 def _rename_graph_tensors(graph, renames: dict[str, str]) -> None:
     """Rename tensors in a GraphProto (and the subgraphs of its nodes' attributes)."""
     for value in [*graph.input, *graph.output, *graph.value_info]:
@@ -170,10 +201,8 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple[int, ...]] | None
         if input_shapes and in_name in input_shapes:
             shape_dict[in_name] = list(input_shapes[in_name])
         elif not all(isinstance(d, int) and d > 0 for d in dims):
-            raise ModelError(
-                f"model input {in_name!r} has a dynamic shape {dims}; give a static one "
-                f"(--input-shape {in_name}=1,3,224,224)"
-            )
+            raise ModelError(f"model input {in_name!r} has a dynamic shape {dims}; give a "
+                             f"static one ({static_shape_hint(in_name, dims)})")
         else:
             shape_dict[in_name] = dims
     unknown = sorted(set(input_shapes or {}) - {s[0] for s in specs})
@@ -274,9 +303,9 @@ def _load_torch(program, name: str,
     for param in mod["main"].params:
         dims = list(param.ty.shape.values)
         if not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
-            raise ModelError(f"model input {param.name!r} has a dynamic shape "
-                             f"{[str(d) for d in dims]}; give a static one "
-                             f"(--input-shape {param.name}=...)")
+            shown = [int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in dims]
+            raise ModelError(f"model input {param.name!r} has a dynamic shape {shown}; give "
+                             f"a static one ({static_shape_hint(param.name, shown)})")
     return _load_relax(mod, name)
 
 

@@ -10,7 +10,7 @@ import logging
 
 from ...errors import ModelError
 from ...relax_ir import UPPER_BOUND_ATTR
-from . import refusals, shape_inference
+from . import refusals, shape_folding
 # imported for their registrations: each adds its fixes to FIXES
 from . import (attention, elementwise, gather_scatter, recurrent, resize,  # noqa: F401
                sequences, shape_ops)
@@ -171,7 +171,8 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
         if not node.name or node.name in seen:
             node.name = f"{node.op_type}_{index}"
         seen.add(node.name)
-    static_shapes = shape_inference.static_shapes(model_copy)
+    shape_folding.pin_input_shapes(model_copy, shape_dict)
+    static_shapes = shape_folding.fold_shape_arithmetic(model_copy)
     output_shapes = {node.name: static_shapes.get(node.output[0])
                      for node in model_copy.graph.node if node.output}
 
