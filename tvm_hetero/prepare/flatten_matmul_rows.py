@@ -59,8 +59,9 @@ class _Rewriter(relax.PyExprMutator):
         self.flat: dict = {}
 
     def _emit(self, var, value):
-        emit = self.builder_.emit if isinstance(var, relax.DataflowVar) \
-            else self.builder_.emit_output
+        output = not isinstance(var, relax.DataflowVar) \
+            and self.builder_.current_block_is_dataflow()
+        emit = self.builder_.emit_output if output else self.builder_.emit
         new = emit(value, name_hint=var.name)
         self.set_var_remap(var, new)
         return new
