@@ -74,9 +74,11 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
                                             "reduction-chains", "parallel-loops",
                                             "dlight.cpu.Reduction"]
     assert by_pair[("cpu", "elementwise")] == ["concat-copies", "layout-copies",
-                                              "injective-lanes", "parallel-loops"]
+                                              "separable-resize", "injective-lanes",
+                                              "parallel-loops"]
     assert by_pair[("cpu", "normalization")] == ["row-reductions", "parallel-loops"]
-    assert by_pair[("cpu", "other")] == ["injective-lanes", "parallel-loops"]
+    assert by_pair[("cpu", "other")] == ["separable-resize", "injective-lanes",
+                                        "parallel-loops"]
     seen = []
 
     def mark(func, target):

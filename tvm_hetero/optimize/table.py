@@ -30,6 +30,7 @@ from .cpu.injective_lanes import InjectiveLanes
 from .cpu.packed_weights import tiled_fits_better
 from .cpu.row_reductions import RowReductions, not_a_matrix_vector_product, reduces_only
 from .cpu.scan_lines import ScanLines
+from .cpu.separable_resize import SeparableResize
 from .gpu import DlightRule, gpu_rules
 from .gpu.window_tiles import WindowTiles
 from .rule import FAMILIES, Rule
@@ -60,8 +61,9 @@ from .rule import FAMILIES, Rule
 # GPU rules of issue 31 (matmul-tiles with split reductions, window-tiles, column-gemv, row-chains, dlight's GEMV and
 # Reduction within a work budget, kernels over the GPU's limits passed on; CPU kernels
 # unchanged): tuned-vs-rules comparisons stored in a tuning database under another version are
-# measured again; 27 scan-lines (cumulative sums and products, which had no lowering before).
-RULES_VERSION = 27
+# measured again; 27 scan-lines (cumulative sums and products, which had no lowering before);
+# 28 separable-resize (bilinear resizes legalized as two passes).
+RULES_VERSION = 28
 
 
 def default_table() -> "RuleTable":
@@ -115,8 +117,9 @@ def default_table() -> "RuleTable":
     ]
     # concatenations and layout transforms are elementwise; each rule declines the other's
     # then every other kernel without a reduction, small ones too (parallel-loops declines those)
-    table[("cpu", "elementwise")] = [ConcatCopies(), LayoutCopies(), InjectiveLanes(), parallel]
-    table[("cpu", "other")] = [InjectiveLanes(), parallel]  # gathers (take)
+    table[("cpu", "elementwise")] = [ConcatCopies(), LayoutCopies(), SeparableResize(),
+                                     InjectiveLanes(), parallel]
+    table[("cpu", "other")] = [SeparableResize(), InjectiveLanes(), parallel]  # gathers (take)
     # softmax, layer norm: one row per task, vector partial sums
     table[("cpu", "normalization")] = [RowReductions(), parallel]
     return RuleTable(table)

@@ -61,6 +61,10 @@ class PrepareConfig:
     drop_padding_taps : bool
         Convolution taps that read only padding for every output are not computed
         (:class:`~tvm_hetero.prepare.drop_padding_taps.DropPaddingTaps`).
+    separable_resize : bool
+        Legalize bilinear resizes as two passes, the columns then the rows, with their
+        indices and weights as constants (:mod:`tvm_hetero.ops.resize`, the
+        ``separable-resize`` rule); off, TVM's ``resize2d``.
     flatten_matmul_rows : bool
         Take a product of a batched activation by a 2-D weight as one 2-D product of all its
         rows, its elementwise epilogue in 2-D
@@ -80,6 +84,7 @@ class PrepareConfig:
     conv1d_as_conv2d: bool = True
     drop_padding_taps: bool = True
     flatten_matmul_rows: bool = True
+    separable_resize: bool = True
     winograd_min_tiles: int = winograd_op.MIN_TILES
     winograd_max_weight_bytes: int = winograd_op.MAX_WEIGHT_BYTES
 

@@ -122,3 +122,34 @@ def scan_legalizers() -> dict:
         return legalize
 
     return {f"relax.{op}": legalizer(op) for op in scan.SCAN_OPS}
+
+
+def resize_legalizer(config: PrepareConfig, keeps=None):
+    """The ``LegalizeOps`` function for ``relax.image.resize2d`` under `config`: with
+    ``config.separable_resize``, bilinear NCHW float32 resizes of static shapes (coordinate
+    transformations of :data:`tvm_hetero.ops.resize.MODES`) become
+    :func:`tvm_hetero.ops.resize.separable_linear` with their tables as constants; the others,
+    and those `keeps` names (``call -> bool``: the layers that keep the model's form,
+    :mod:`.device_forms`), go to TVM's legalization."""
+    from tvm.relax.transform.legalize_ops.image import _image_resize2d
+
+    from ..ops import resize
+
+    def legalize(bb, call):
+        attrs = call.attrs
+        data = call.args[0]
+        shape = [getattr(d, "value", None) for d in data.ty.shape.values] \
+            if data.ty.shape is not None else [None]
+        out = [getattr(d, "value", None) for d in call.ty.shape.values] \
+            if call.ty.shape is not None else [None]
+        if not config.separable_resize or str(attrs.method) != "linear" \
+                or str(attrs.layout) != "NCHW" \
+                or str(attrs.coordinate_transformation_mode) not in resize.MODES \
+                or str(data.ty.dtype) != "float32" or None in shape + out or len(shape) != 4 \
+                or (keeps is not None and keeps(call)):
+            return _image_resize2d(bb, call)
+        tables = [relax.const(t) for axis in (2, 3) for t in resize.linear_tables(
+            shape[axis], out[axis], str(attrs.coordinate_transformation_mode))]
+        return bb.call_te(resize.separable_linear, data, *tables, primfunc_name_hint="resize2d")
+
+    return legalize

@@ -94,10 +94,11 @@ def fusing_passes(config: PrepareConfig, keeps=None) -> list:
     constants computed by kernels folded, the fused groups formed (Relax functions)."""
     from tvm import relax
 
-    from .legalize import conv2d_legalizer, scan_legalizers
+    from .legalize import conv2d_legalizer, resize_legalizer, scan_legalizers
 
     t = relax.transform
     return [t.LegalizeOps({"relax.nn.conv2d": conv2d_legalizer(config, keeps),
+                           "relax.image.resize2d": resize_legalizer(config, keeps),
                            **scan_legalizers()}),
             t.AnnotateTIROpPattern(), t.FoldConstant(), t.FuseOps()]
 
