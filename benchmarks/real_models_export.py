@@ -395,10 +395,15 @@ def build(name: str):
 
 
 def one_line(err: BaseException) -> str:
-    """The error's first meaningful line, with its type."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
-    return f"{type(err).__name__}: {text}"[:300]
+    """The first line of the error that caused it (torch's exporter wraps the real one), with
+    its type, terminal colours removed."""
+    import re
+
+    while err.__cause__ is not None:
+        err = err.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 def _dynamo_axes(module, inputs: dict, axes: dict) -> dict:
