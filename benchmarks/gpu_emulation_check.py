@@ -1,9 +1,14 @@
-"""Whether each CUDA kernel of the suite's models computes the right values, without a GPU:
-every kernel of the all-``cuda@sm_90`` build emulated on the CPU
+"""Whether each CUDA kernel of the suite's models (or of ONNX files) computes the right values,
+without a GPU: every kernel of the all-``cuda@sm_90`` build emulated on the CPU
 (:mod:`tvm_hetero.testing.gpu_emulation`: thread-bound loops made serial, GPU memory scopes
 global, built for LLVM) and compared with its unscheduled kernel on seeded random inputs.
 
     python benchmarks/gpu_emulation_check.py [--models mlp_b8,bert_layer] [--seed 0]
+    python benchmarks/gpu_emulation_check.py --models path/convnext_tiny.onnx \
+        --input-shape pixel_values=1,3,224,224
+
+``--models`` takes suite names and ``.onnx`` paths; ``--input-shape NAME=D0,D1,..``
+(repeatable) pins a dynamic input of the ONNX files that have one of that name.
 
 Per model: CUDA kernels checked (and the rules that scheduled them), the largest relative
 error (max |got - want| / max |want| per buffer), kernels over the dtype's tolerance or with
@@ -19,12 +24,14 @@ cores.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections import Counter
 
 from tvm_hetero.testing.gpu_emulation import (CannotEmulate, ScheduleMismatch, buffer_errors,
                                               check_gpu_schedule, cuda_build_kernels)
+from tvm_hetero.testing.scheduled import load_checked_model
 from tvm_hetero.testing.suite import SUITE
 
 CUDA = "cuda@sm_90"
@@ -61,16 +68,15 @@ def last_block_dropped(func):
     return tvm_ffi.structural_map(func, (tirx.For, shorten), order="pre")
 
 
-def check_model(name: str, seed: int, mutants: bool = False) -> dict:
-    """Build `name` all on cuda and check every CUDA kernel (with `mutants`, also each
-    kernel with its last thread block dropped, which must be reported): a row for the
-    table."""
-    import tvm_hetero as th
+def check_model(spec: str, seed: int, mutants: bool = False, input_shapes=None) -> dict:
+    """Build `spec` (a suite model or an ``.onnx`` path, pinned by `input_shapes`) all on cuda
+    and check every CUDA kernel (with `mutants`, also each kernel with its last thread block
+    dropped, which must be reported): a row for the table."""
     from tvm_hetero.verify import tolerance_for
 
-    proto, _ = SUITE[name]()
     start = time.perf_counter()
-    kernels = cuda_build_kernels(th.load_model(proto, name=name))
+    name, model = load_checked_model(spec, input_shapes)
+    kernels = cuda_build_kernels(model)
     row = dict(model=name, checked=0, max_error=0.0, wrong=[], cannot=[],
                build_s=time.perf_counter() - start,
                rules=Counter(str(rule).rsplit(".", 1)[-1] for _, _, rule in kernels.values()),
@@ -108,17 +114,23 @@ def check_model(name: str, seed: int, mutants: bool = False) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=DEFAULT_MODELS,
-                        help=f"comma-separated suite models (default: {DEFAULT_MODELS})")
+                        help=f"comma-separated suite models and .onnx paths (default: "
+                             f"{DEFAULT_MODELS})")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
+                        help="static shape for a dynamic input of the ONNX files, repeatable")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
     parser.add_argument("--mutants", action="store_true",
                         help="also check each kernel with its last thread block dropped (a "
                              "wrong schedule): the column 'caught' counts those reported")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
-    unknown = [n for n in names if n not in SUITE]
+    unknown = [n for n in names if n not in SUITE and not os.path.isfile(n)]
     if unknown:
-        sys.exit(f"error: unknown suite models: {', '.join(unknown)}")
+        sys.exit(f"error: neither suite models nor files: {', '.join(unknown)}")
     import tvm_hetero as th
+    from tvm_hetero.cli.common import parse_input_shapes
+
+    pins = parse_input_shapes(args.input_shape)
 
     print(f"built all on {CUDA}, every CUDA kernel emulated on the CPU against its "
           f"unscheduled kernel (seed {args.seed})\n")
@@ -127,8 +139,9 @@ def main() -> None:
     notes = []
     for name in names:
         try:
-            row = check_model(name, args.seed, args.mutants)
-        except th.HeteroError as err:
+            row = check_model(name, args.seed, args.mutants, pins)
+            name = row["model"]
+        except (th.HeteroError, ValueError) as err:
             print(f"{name:16s} build failed: {str(err).splitlines()[0][:90]}", flush=True)
             continue
         caught = f"{row['caught']}/{row['mutants']}" if args.mutants else "-"

@@ -102,3 +102,102 @@ def test_a_kernel_over_the_gpus_shared_memory_goes_to_the_next_rule():
     scheduled, rule = optimize_function(func, target, "activation_times_vector", table)
     assert rule == "dlight.gpu.Fallback"
     assert within_gpu_limits(scheduled, target)
+
+
+def convnext_stage(channels: int = 32, size: int = 32):
+    """ConvNeXt's pattern as torch's TorchScript exporter writes it (opset 17): a 2x2
+    stride-2 downsampling convolution, one block (a 7x7 depthwise convolution, a transpose to
+    channels-last, LayerNorm over the channels, a pointwise MLP with an exact GELU, the
+    transpose back, the layer scale and the residual add), then the next downsampling
+    (transpose, LayerNorm, transpose, 2x2 convolution)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node
+    c, hidden = channels, 4 * channels
+    shapes = {"wd": (c, c // 2, 2, 2), "bd": (c,), "wdw": (c, 1, 7, 7), "bdw": (c,),
+              "g1": (c,), "b1": (c,), "w1": (c, hidden), "bb1": (hidden,), "w2": (hidden, c),
+              "bb2": (c,), "scale": (c, 1, 1), "g2": (c,), "b2": (c,),
+              "wn": (2 * c, c, 2, 2), "bn": (2 * c,)}
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype("float32"), k)
+             for k, s in shapes.items()]
+    inits += [numpy_helper.from_array(np.array(v, "float32"), k)
+              for k, v in (("sqrt2", 2 ** 0.5), ("one", 1.0), ("half", 0.5))]
+    nodes = [
+        node("Conv", ["x", "wd", "bd"], ["d"], kernel_shape=[2, 2], strides=[2, 2]),
+        node("Conv", ["d", "wdw", "bdw"], ["dw"], kernel_shape=[7, 7], pads=[3, 3, 3, 3],
+             group=c),
+        node("Transpose", ["dw"], ["t"], perm=[0, 2, 3, 1]),
+        node("LayerNormalization", ["t", "g1", "b1"], ["ln"], axis=-1, epsilon=1e-6),
+        node("MatMul", ["ln", "w1"], ["m1"]), node("Add", ["bb1", "m1"], ["a1"]),
+        node("Div", ["a1", "sqrt2"], ["q"]), node("Erf", ["q"], ["e"]),
+        node("Add", ["e", "one"], ["e1"]), node("Mul", ["a1", "e1"], ["g"]),
+        node("Mul", ["g", "half"], ["gh"]),
+        node("MatMul", ["gh", "w2"], ["m2"]), node("Add", ["bb2", "m2"], ["a2"]),
+        node("Transpose", ["a2"], ["t2"], perm=[0, 3, 1, 2]),
+        node("Mul", ["scale", "t2"], ["s"]), node("Add", ["s", "d"], ["r"]),
+        node("Transpose", ["r"], ["t3"], perm=[0, 2, 3, 1]),
+        node("LayerNormalization", ["t3", "g2", "b2"], ["ln2"], axis=-1, epsilon=1e-6),
+        node("Transpose", ["ln2"], ["t4"], perm=[0, 3, 1, 2]),
+        node("Conv", ["t4", "wn", "bn"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    graph = helper.make_graph(
+        nodes, "convnext_stage",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c // 2, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                       [1, 2 * c, size // 4, size // 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def stage():
+    return th.load_model(convnext_stage(), name="convnext_stage")
+
+
+def test_a_convnext_stage_built_all_on_cuda_meets_the_goals(stage, caplog):
+    """ConvNeXt-T all on cuda ran every layer in the CPU forms (the blocked layout cut the
+    layer of a stage's last residual add in two), so its blocked 7x7 depthwise convolutions
+    went to GeneralReduction at 7.8x their work; in the model's own form they are depthwise
+    convolutions that window-tiles takes."""
+    with caplog.at_level("WARNING", logger="tvm_hetero.layered"):
+        rows, _ = census(stage, ARCH, with_nvcc=shutil.which("nvcc") is not None)
+    assert "every layer runs the CPU forms" not in caplog.text
+    sms = cuda_multiprocessors(ARCH)
+    assert [(row.kernel, problems) for row in rows
+            if (problems := misses(row, sms, ARCH))] == []
+    assert [row.rule for row in rows if row.kind == "depthwise"] == ["window-tiles"]
+
+
+def test_the_transpose_after_a_stages_last_residual_add_is_a_piece_of_its_layer(stage):
+    """In the model's form the residual add and the transpose to channels-last after it are
+    one layer (``reshape_1``); on a CPU the add reads the blocked shortcut and the transpose
+    reads the transform out of it. The transpose kernel is also the layer ``transpose_0``
+    (after the depthwise convolution), so the piece calls get a copy of their own
+    (``transpose_piece``) and the CPU forms keep the model form's layer names."""
+    import numpy as np
+
+    from tvm_hetero.classify import classify_bindings
+    from tvm_hetero.layered import layer_forms
+    from tvm_hetero.prepare import PrepareConfig
+    from tvm_hetero.testing import max_relative_error, onnx_reference
+
+    devices = th.DeviceSet.parse([f"cuda@{ARCH}"])
+    forms = layer_forms(stage, PrepareConfig.for_devices(devices))
+
+    def layers(mod):
+        return {(info.name, b.value.args[0].name_hint, info.form_kernel)
+                for b, info in classify_bindings(mod) if info is not None}
+
+    cpu, own = layers(forms.cpu_form()), layers(forms.model_form())
+    assert {(name, kernel) for name, kernel, piece in cpu if piece
+            and "layout_transform" not in kernel} == {("reshape_1", "add4"),
+                                                       ("reshape_1", "transpose_piece")}
+    assert ("transpose_0", "transpose", False) in cpu
+    assert sorted(n for n, _, piece in cpu if not piece) == sorted(n for n, _, _ in own)
+    names = sorted(n for n, _, _ in own)
+    forms.placed({n for n in names if n != "reshape_1"})  # mixed forms: no FormsMismatch
+    # the CPU forms still compute the model (the copy is the same kernel)
+    inputs = stage.random_inputs(seed=1)
+    got = th.build(stage, "all:cpu", th.DeviceSet.parse(["cpu"])).run(inputs)
+    want = onnx_reference(convnext_stage(), inputs, stage)
+    assert max_relative_error(got, want) < 1e-4, np.abs(got[0] - want[0]).max()

@@ -33,7 +33,8 @@ from tvm import relax
 from ..classify import classify_bindings
 from ..relax_ir import main_bindings, substitute_vars
 from .config import PrepareConfig
-from .form_kernels import find_layer_pieces, has_layout_transforms, with_layer_pieces
+from .form_kernels import (find_layer_pieces, has_layout_transforms, split_shared_pieces,
+                           with_layer_pieces)
 
 logger = logging.getLogger(__name__)
 
@@ -322,6 +323,7 @@ class LayerForms:
         groups: list = []
         again = self._lowered(graph, config, keeps, groups)
         tags = {var.name: index for var, index in layer_of.items()}
+        again = split_shared_pieces(again, groups, tags)
         return with_layer_pieces(again, find_layer_pieces(again, groups, tags))
 
     def model_form(self):

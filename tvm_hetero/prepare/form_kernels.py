@@ -34,23 +34,17 @@ def mark_form_kernels(mod):
     return out
 
 
-def find_layer_pieces(mod, groups: list[set[str]], layer_of_tag: dict[str, int]) -> dict:
-    """``{PrimFunc name: argument index}``: the *layer pieces* of a lowered CPU form `mod`
-    (form kernels marked), kernels holding part of a model layer whose other part a form
-    kernel keeps from fusing with them (the SE gate's multiply after the transform of the gate
-    into the blocked layout; the LRN's ``expand_dims`` after the transform out of it), each
-    with the argument through which it reads (past form kernels) the rest of its layer.
-
-    `groups` are the tags of the operators of each kernel call of `mod`, in program order
-    (:func:`~.device_forms.fused_groups`), `layer_of_tag` the model form's layer of each tag.
-    A kernel name called both as a piece and otherwise (or with two arguments) is left out:
-    the names then differ from the model form's (:class:`~.device_forms.FormsMismatch`)."""
+def _call_roles(mod, groups: list[set[str]], layer_of_tag: dict[str, int]) -> list:
+    """``[(binding, role)]`` for each kernel call of `mod` in a model layer: `role` the index
+    of the argument through which it reads (past form kernels) the rest of its layer, -1 where
+    it reads none (the layer's first kernel). Empty when `groups` does not match the calls.
+    See :func:`find_layer_pieces`."""
     from ..classify import classify_bindings
 
     classified = classify_bindings(mod)
     calls = [(b, info) for b, info in classified if info is not None]
     if len(calls) != len(groups):
-        return {}
+        return []
     layer_of_call: dict = {}  # binding var -> model layer index (kernels in one layer only)
     for (binding, info), tags in zip(calls, groups):
         layers = {layer_of_tag[tag] for tag in tags if tag in layer_of_tag}
@@ -79,7 +73,7 @@ def find_layer_pieces(mod, groups: list[set[str]], layer_of_tag: dict[str, int])
                 found |= producers(through[var], seen)
         return found
 
-    roles: dict = {}  # PrimFunc name -> set of argument indices (-1: no piece)
+    roles = []
     for binding, info in calls:
         if binding.var not in layer_of_call:
             continue
@@ -87,8 +81,80 @@ def find_layer_pieces(mod, groups: list[set[str]], layer_of_tag: dict[str, int])
         args = binding.value.args[1].fields
         own = [i for i, arg in enumerate(args)
                if any(layer_of_call[p] == layer for p in producers(arg, set()))]
-        roles.setdefault(binding.value.args[0].name_hint, set()).add(own[0] if own else -1)
+        roles.append((binding, own[0] if own else -1))
+    return roles
+
+
+def find_layer_pieces(mod, groups: list[set[str]], layer_of_tag: dict[str, int]) -> dict:
+    """``{PrimFunc name: argument index}``: the *layer pieces* of a lowered CPU form `mod`
+    (form kernels marked), kernels holding part of a model layer whose other part a form
+    kernel keeps from fusing with them (the SE gate's multiply after the transform of the gate
+    into the blocked layout; the LRN's ``expand_dims`` after the transform out of it), each
+    with the argument through which it reads (past form kernels) the rest of its layer.
+
+    `groups` are the tags of the operators of each kernel call of `mod`, in program order
+    (:func:`~.device_forms.fused_groups`), `layer_of_tag` the model form's layer of each tag.
+    A kernel name called both as a piece and otherwise (or with two arguments) is left out
+    (:func:`split_shared_pieces` gives such piece calls a kernel of their own first): the
+    names then differ from the model form's (:class:`~.device_forms.FormsMismatch`)."""
+    roles: dict = {}  # PrimFunc name -> set of argument indices (-1: no piece)
+    for binding, role in _call_roles(mod, groups, layer_of_tag):
+        roles.setdefault(binding.value.args[0].name_hint, set()).add(role)
     return {name: arg.pop() for name, arg in roles.items() if len(arg) == 1 and -1 not in arg}
+
+
+def split_shared_pieces(mod, groups: list[set[str]], layer_of_tag: dict[str, int]):
+    """`mod` where each kernel that is called both as a layer piece (one argument) and as a
+    layer's first kernel has a copy of its own for the piece calls (``NAME_piece``): ConvNeXt's
+    transpose back to channels-last, a layer of its own after most blocks and, after a stage's
+    last block, part of the layer of its residual add (which the blocked layout keeps apart)."""
+    roles: dict = {}  # PrimFunc name -> {role: [bindings]}
+    for binding, role in _call_roles(mod, groups, layer_of_tag):
+        roles.setdefault(binding.value.args[0].name_hint, {}).setdefault(role, []).append(
+            binding)
+    split: dict = {}  # binding var -> the GlobalVar of its copy
+    out = None
+    for name, by_role in roles.items():
+        if -1 not in by_role or len(by_role) != 2:
+            continue
+        if out is None:
+            out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,
+                               global_infos=mod.global_infos)
+        gvar = mod.get_global_var(name)
+        copy = tvm.ir.GlobalVar(_fresh_name(out, f"{name}_piece"))
+        relax.expr._update_type(copy, gvar.ty)  # (call_tir checks its callee's type)
+        out[copy] = mod[gvar]
+        for role, bindings in by_role.items():
+            if role != -1:
+                split.update((b.var, copy) for b in bindings)
+    if out is None:
+        return mod
+    main = mod["main"]
+    blocks = []
+    for block in main.body.blocks:
+        bindings = []
+        for binding in block.bindings:
+            if binding.var in split:
+                call = binding.value
+                call = relax.Call(call.op, [split[binding.var], *call.args[1:]], call.attrs,
+                                  call.ty_args)
+                binding = relax.MatchCast(binding.var, call, binding.ty) \
+                    if isinstance(binding, relax.MatchCast) else \
+                    relax.VarBinding(binding.var, call)
+            bindings.append(binding)
+        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock)
+                      else relax.BindingBlock(bindings))
+    out["main"] = relax.Function(main.params, relax.SeqExpr(blocks, main.body.body),
+                                 main.ret_ty, main.is_pure, main.attrs)
+    return out
+
+
+def _fresh_name(mod, name: str) -> str:
+    names = {gv.name_hint for gv in mod.get_global_vars()}
+    fresh, n = name, 1
+    while fresh in names:
+        fresh, n = f"{name}{n}", n + 1
+    return fresh
 
 
 def with_layer_pieces(mod, pieces: dict):

@@ -91,5 +91,36 @@ def built_cuda_kernels(model, arch: str = "sm_90"):
                       if name in on_cuda}
 
 
+def load_checked_model(spec: str, input_shapes: dict | None = None):
+    """The model a GPU check names: a suite model by name, or an ``.onnx`` file (a path) with
+    the pins of `input_shapes` (``{input: dims}``) that name its inputs (the others are left
+    for other files). Returns ``(name, Model)``: the suite name, or the file's name without
+    ``.onnx``.
+
+    Raises
+    ------
+    ValueError
+        When `spec` is neither a suite model nor an existing ``.onnx`` file.
+    """
+    import os
+
+    import tvm_hetero as th
+
+    from .suite import SUITE
+
+    if spec in SUITE:
+        proto, _ = SUITE[spec]()
+        return spec, th.load_model(proto, name=spec)
+    if not (spec.endswith(".onnx") and os.path.isfile(spec)):
+        raise ValueError(f"{spec!r} is neither a suite model nor an .onnx file")
+    import onnx
+
+    graph = onnx.load(spec, load_external_data=False).graph
+    names = {i.name for i in graph.input} - {i.name for i in graph.initializer}
+    pins = {k: tuple(v) for k, v in (input_shapes or {}).items() if k in names}
+    name = os.path.basename(spec)[:-len(".onnx")]
+    return name, th.load_model(spec, name=name, input_shapes=pins)
+
+
 __all__ = ["ScheduledOnly", "built_cuda_kernels", "estimated_flops", "is_depthwise",
-           "keep_scheduled", "unscheduled_kernels"]
+           "keep_scheduled", "load_checked_model", "unscheduled_kernels"]
