@@ -37,7 +37,10 @@ class SeparableResize(Rule):
         from ...ops.resize import COLUMNS_BLOCK, ROWS_BLOCK
 
         sch = s_tir.Schedule(func)
-        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        try:
+            blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        except s_tir.ScheduleError:
+            return None  # no blocks (an opaque kernel: TVM's scatters)
         names = [sch.get(b).name_hint for b in blocks]
         if names[:2] != [COLUMNS_BLOCK, ROWS_BLOCK]:
             return None
