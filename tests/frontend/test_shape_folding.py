@@ -194,3 +194,31 @@ def test_a_node_that_fails_on_its_folded_values_is_named():
     with pytest.raises(th.ModelError, match=r"Gather \(node third_dim\) fails on the constant "
                        "values the input shapes give its inputs: .*out of bounds"):
         th.load_model(proto, input_shapes={"x": (12, 2)})
+
+
+def test_token_type_ids_gathered_by_position_ids_fold_and_match_onnxruntime():
+    # BERT in transformers: a [1, 512] buffer of token types expanded to the batch and
+    # gathered along the sequence by the position ids (a slice of a [1, 512] arange up to the
+    # input's length); onnx 1.23's reference GatherElements fails on it at these sizes
+    rng = np.random.default_rng(2)
+    nodes = [
+        helper.make_node("Shape", ["ids"], ["length"], start=1, end=2),
+        helper.make_node("Slice", ["arange", "zero", "length", "one"], ["position_ids"]),
+        helper.make_node("Shape", ["ids"], ["batch"], start=0, end=1),
+        helper.make_node("Concat", ["batch", "minus_one"], ["expand_to"], axis=0),
+        helper.make_node("Abs", ["expand_to"], ["expand_shape"]),
+        helper.make_node("Expand", ["token_types", "expand_shape"], ["buffered"]),
+        helper.make_node("GatherElements", ["buffered", "position_ids"], ["types"], axis=1),
+        helper.make_node("Gather", ["type_table", "types"], ["type_embeddings"]),
+        helper.make_node("Gather", ["words", "ids"], ["word_embeddings"]),
+        helper.make_node("Add", ["word_embeddings", "type_embeddings"], ["y"]),
+    ]
+    inits = [_const("zero", [0]), _const("one", [1]), _const("minus_one", [-1]),
+             _const("arange", np.arange(512).reshape(1, 512)),
+             _const("token_types", np.zeros((1, 512))),
+             _const("type_table", rng.standard_normal((2, 4)), np.float32),
+             _const("words", rng.standard_normal((16, 4)), np.float32)]
+    proto = _model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "seq"])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", 4])], inits)
+    ids = rng.integers(0, 16, size=(1, 128)).astype(np.int64)
+    _matches_onnxruntime(proto, {"ids": ids}, {"ids": (1, 128)})

@@ -304,10 +304,27 @@ def _expands_past_limit(node, known: dict) -> bool:
     return False
 
 
+def _gather_elements(node, data, indices):
+    axis = _attr(node, "axis", 0)
+    axis = axis + data.ndim if axis < 0 else axis
+    indices = np.where(indices < 0, indices + data.shape[axis], indices)
+    return [np.take_along_axis(data, indices, axis=axis)]
+
+
+# ops numpy computes where onnx.reference is wrong: onnx 1.23's GatherElements fails on
+# BERT's token type ids ([1, 512] gathered by [1, 128] position ids along axis 1: "cannot
+# reshape array of size 1 into shape (1,128)")
+_NUMPY_OPS = {"GatherElements": _gather_elements}
+
+
 def _run_reference(node, opsets, known: dict) -> list:
-    """``node`` run by ``onnx.reference`` on the known values of its inputs."""
+    """``node`` run by ``onnx.reference`` (numpy for the ops of `_NUMPY_OPS`) on the known
+    values of its inputs."""
     from onnx import TypeProto, helper
     from onnx.reference import ReferenceEvaluator
+
+    if node.op_type in _NUMPY_OPS:
+        return _NUMPY_OPS[node.op_type](node, *(known[name] for name in node.input))
 
     names = list(dict.fromkeys(name for name in node.input if name))
     graph = helper.make_graph(
