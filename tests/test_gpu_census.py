@@ -201,3 +201,70 @@ def test_the_transpose_after_a_stages_last_residual_add_is_a_piece_of_its_layer(
     got = th.build(stage, "all:cpu", th.DeviceSet.parse(["cpu"])).run(inputs)
     want = onnx_reference(convnext_stage(), inputs, stage)
     assert max_relative_error(got, want) < 1e-4, np.abs(got[0] - want[0]).max()
+
+
+def aspp_block(channels: int = 32, size: int = 16):
+    """DeepLabV3's pattern (its ASPP on a 16x16 map): a depthwise convolution (the blocked
+    layout on a CPU), then a 1x1 and two atrous 3x3 convolutions of rates 12 and 24 reading its
+    output, concatenated, ReLU, a 1x1 projection. DropPaddingTaps computes the atrous ones by
+    bands of outputs, each from its own slice of the map: slices of one map that both read."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node
+    c = channels
+    shapes = {"wd": (c, 1, 3, 3), "bd": (c,), "w12": (c, c, 3, 3), "w24": (c, c, 3, 3),
+              "w1": (c, c, 1, 1), "wp": (c, 3 * c, 1, 1)}
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype("float32"), k)
+             for k, s in shapes.items()]
+    nodes = [
+        node("Conv", ["x", "wd", "bd"], ["d"], kernel_shape=[3, 3], pads=[1] * 4, group=c),
+        node("Relu", ["d"], ["a"]),
+        node("Conv", ["a", "w1"], ["b1"], kernel_shape=[1, 1]),
+        node("Conv", ["a", "w12"], ["b12"], kernel_shape=[3, 3], pads=[12] * 4,
+             dilations=[12, 12]),
+        node("Conv", ["a", "w24"], ["b24"], kernel_shape=[3, 3], pads=[24] * 4,
+             dilations=[24, 24]),
+        node("Concat", ["b1", "b12", "b24"], ["cat"], axis=1),
+        node("Relu", ["cat"], ["r"]),
+        node("Conv", ["r", "wp"], ["y"], kernel_shape=[1, 1])]
+    graph = helper.make_graph(
+        nodes, "aspp_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, size, size])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_models_own_slices_of_a_blocked_map_stay_layers_on_a_cpu(caplog):
+    """DropPaddingTaps' slices of the map the atrous convolutions read: on a CPU they read the
+    transform out of the blocked layout, where the padded channels' slices of the CPU forms
+    would; they are layers of the model's form (the bands' slices of both convolutions, one
+    each: the duplicates merged in the model phase, as the blocked layout merges them), so the
+    CPU forms keep them layers and the names match. All on cuda: the model's form, the goals
+    met; all on cpu: onnxruntime's values."""
+    from tvm_hetero.classify import classify_bindings
+    from tvm_hetero.layered import layer_forms
+    from tvm_hetero.prepare import PrepareConfig
+    from tvm_hetero.testing import max_relative_error, onnx_reference
+
+    model = th.load_model(aspp_block(), name="aspp_block")
+    forms = layer_forms(model, PrepareConfig.for_devices(th.DeviceSet.parse([f"cuda@{ARCH}"])))
+
+    def layers(mod):
+        return [(info.name, info.op_kinds[0]) for _, info in classify_bindings(mod)
+                if info is not None and not info.form_kernel]
+
+    cpu, own = layers(forms.cpu_form()), layers(forms.model_form())
+    assert sorted(cpu) == sorted(own)
+    assert sorted(n for n, kind in own if kind == "strided_slice") == [
+        "strided_slice_0", "strided_slice_1", "strided_slice_2"]
+    with caplog.at_level("WARNING", logger="tvm_hetero.layered"):
+        rows, _ = census(model, ARCH, with_nvcc=False)
+    assert "every layer runs the CPU forms" not in caplog.text
+    sms = cuda_multiprocessors(ARCH)
+    assert [(row.kernel, problems) for row in rows
+            if (problems := misses(row, sms, ARCH))] == []
+    inputs = model.random_inputs(seed=1)
+    got = th.build(model, "all:cpu", th.DeviceSet.parse(["cpu"])).run(inputs)
+    assert max_relative_error(got, onnx_reference(aspp_block(), inputs, model)) < 1e-4

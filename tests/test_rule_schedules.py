@@ -45,6 +45,7 @@ from tvm_hetero.optimize.cpu.tiled import Tiled
 from tvm_hetero.optimize.cpu.winograd import Winograd
 from tvm_hetero.optimize.gpu import DlightRule
 from tvm_hetero.optimize.gpu.column_gemv import ColumnGemv
+from tvm_hetero.optimize.gpu.injective_stages import InjectiveStages
 from tvm_hetero.optimize.gpu.matmul_tiles import MatmulTiles
 from tvm_hetero.target import arch_multiprocessors
 from tvm_hetero.optimize.gpu.row_chains import RowChains
@@ -106,6 +107,20 @@ def placeholders(*shapes):
 def add_multiply(rows=64, cols=512):
     x, w = placeholders((rows, cols), (rows, cols))
     return kernel(["add", "multiply"], x, w, topi.multiply(topi.add(x, w), x))
+
+
+def separable_resize(channels=4, size=8, out=32):
+    """A bilinear upsampling as preparation legalizes it (``ops.resize.separable_linear``): the
+    columns pass, then the rows pass, each reading its indices and weights from tables."""
+    from tvm_hetero.ops import resize
+
+    (x,) = placeholders((1, channels, size, size))
+    tables = []
+    for axis in ("row", "col"):
+        tables += [te.placeholder((out,), "int32", name=f"{axis}_first"),
+                   te.placeholder((out,), "int32", name=f"{axis}_second"),
+                   te.placeholder((out,), "float32", name=f"{axis}_weight")]
+    return kernel(["resize2d"], x, *tables, resize.separable_linear(x, *tables))
 
 
 def concat(channels=(8, 24), size=32):
@@ -389,6 +404,19 @@ def test_row_chains():
     check_gpu_schedule(func, expected("row_chains"))
 
 
+def test_injective_stages():
+    # an 8 x 8 -> 32 x 32 separable resize of 4 channels: the columns pass (4 x 8 x 32, each
+    # read by the rows between two input rows) in a launch of its own, 1 block of 1024 threads
+    # (guarded), then the rows pass, 4 blocks; dlight's Fallback inlines the columns into each
+    # output: 2.9x the work
+    func = separable_resize()
+    fallback = schedule(DlightRule("gpu", "Fallback"), func, SM_90)
+    assert work_ratio(func, fallback) > 1.3
+    check(InjectiveStages(), func, "injective_stages", SM_90)
+    assert work_ratio(func, expected("injective_stages")) == 1.0
+    check_gpu_schedule(func, expected("injective_stages"))
+
+
 def test_work_budget_keeps_a_schedule_within_its_work():
     # dlight's Reduction on a column GEMV: 64 blocks of 16 outputs x 16 lanes, the lanes'
     # partial sums 1.01x the kernel's work: its schedule, unchanged
@@ -436,6 +464,8 @@ DECLINED = [
     (WindowTiles(), lambda: conv3x3(32)),  # an ordinary convolution (matmul-tiles')
     (ColumnGemv(), dense_row),  # [output, reduction] weights: a row reduction (dlight's GEMV)
     (RowChains(), lambda: gemv(1024)),  # the reduction walks the weights' columns
+    (InjectiveStages(), add_multiply),  # dlight's Fallback within its work: Fallback's
+    (InjectiveStages(), softmax),  # has reductions
 ]
 
 

@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from typing import Any, NamedTuple
 
-from .relax_ir import OP_KINDS_ATTR, is_form_kernel, layer_pieces, main_bindings
+from .relax_ir import OP_KINDS_ATTR, is_form_kernel, layer_pieces, layer_slices, main_bindings
 
 # op name (legalized PrimFunc name without its numeric suffix) -> layer kind
 _KIND_BY_OP = {
@@ -81,16 +81,16 @@ def classify_bindings(mod) -> list[tuple[Any, LayerBinding | None]]:
     out: list = []
     forms: list[int] = []  # positions in `out` of the form kernels
     anchors: dict[int, str] = {}  # position in `out` of a layer -> its anchor op
-    pieces = layer_pieces(mod)
+    pieces, slices = layer_pieces(mod), layer_slices(mod)
     for binding in main_bindings(mod):
         value = binding.value
         if isinstance(value, relax.Call) and value.op.same_as(call_tir):
             func = mod[value.args[0]]
             kinds = _op_kinds_of(func, value.args[0].name_hint)
             if is_form_kernel(func) or value.args[0].name_hint in pieces \
-                    or (kinds[0] == "strided_slice"
-                                        and not any(k in _KIND_BY_OP for k in kinds)
-                                        and _reads_form_kernel(value, out, forms)):
+                    or (kinds[0] == "strided_slice" and value.args[0].name_hint not in slices
+                        and not any(k in _KIND_BY_OP for k in kinds)
+                        and _reads_form_kernel(value, out, forms)):
                 # (a slice after a transform out of the blocked layout, with the elementwise
                 # ops after it: the slice of padded channels and the convolution's epilogue,
                 # or the model's own slice, which fuse into the convolution when no

@@ -32,6 +32,10 @@ FORM_KERNEL_ATTR = "tvm_hetero.form_kernel"
 #: transform) keeps from fusing with them; each goes with the layer that produces that argument
 #: (:func:`~tvm_hetero.prepare.form_kernels.layer_pieces`)
 LAYER_PIECES_ATTR = "tvm_hetero.layer_pieces"
+#: the ``main`` attribute naming the *layer slices* of a CPU form: ``[PrimFunc name]``, slices
+#: after a form kernel that are layers of the model's own form, not slices the CPU forms add
+#: (:func:`~tvm_hetero.prepare.form_kernels.find_layer_slices`)
+LAYER_SLICES_ATTR = "tvm_hetero.layer_slices"
 
 
 def main_bindings(mod):
@@ -212,6 +216,14 @@ def layer_pieces(mod) -> dict[str, int]:
     attrs = mod["main"].attrs
     pieces = attrs.get(LAYER_PIECES_ATTR) if attrs is not None else None
     return {str(name): int(arg) for name, arg in pieces.items()} if pieces else {}
+
+
+def layer_slices(mod) -> set[str]:
+    """The PrimFunc names of the layer slices of a layered module (its ``main``'s
+    ``LAYER_SLICES_ATTR``), empty when it has none."""
+    attrs = mod["main"].attrs
+    names = attrs.get(LAYER_SLICES_ATTR) if attrs is not None else None
+    return {str(name) for name in names} if names else set()
 
 
 def substitute_vars(expr, var_map):

@@ -62,8 +62,9 @@ from .rule import FAMILIES, Rule
 # Reduction within a work budget, kernels over the GPU's limits passed on; CPU kernels
 # unchanged): tuned-vs-rules comparisons stored in a tuning database under another version are
 # measured again; 27 scan-lines (cumulative sums and products, which had no lowering before);
-# 28 separable-resize (bilinear resizes legalized as two passes).
-RULES_VERSION = 28
+# 28 separable-resize (bilinear resizes legalized as two passes); 29 injective-stages (GPU: a
+# stage many outputs read in a launch of its own, where Fallback would recompute it).
+RULES_VERSION = 29
 
 
 def default_table() -> "RuleTable":

@@ -33,8 +33,9 @@ from tvm import relax
 from ..classify import classify_bindings
 from ..relax_ir import main_bindings, substitute_vars
 from .config import PrepareConfig
-from .form_kernels import (find_layer_pieces, has_layout_transforms, split_shared_pieces,
-                           with_layer_pieces)
+from .form_kernels import (find_layer_pieces, find_layer_slices, has_layout_transforms,
+                           slices_a_map, split_shared_pieces, with_layer_pieces,
+                           with_layer_slices)
 
 logger = logging.getLogger(__name__)
 
@@ -240,7 +241,8 @@ def model_form_config(config: PrepareConfig) -> PrepareConfig:
 
 def _reads_a_form_kernel(mod) -> bool:
     """Whether a kernel of a lowered module without an anchor op (elementwise or other)
-    reads a form kernel's output: a model layer the CPU forms may have cut in two."""
+    reads a form kernel's output, or a form kernel slices a map (:func:`.slices_a_map`): a
+    model layer the CPU forms may have cut in two or taken for theirs."""
     from ..classify import kernel_kind
 
     forms = set()
@@ -248,6 +250,8 @@ def _reads_a_form_kernel(mod) -> bool:
         if info is None:
             continue
         if info.form_kernel:
+            if slices_a_map(binding, info):
+                return True
             forms.add(binding.var)
             continue
         gv = binding.value.args[0]
@@ -323,6 +327,7 @@ class LayerForms:
         groups: list = []
         again = self._lowered(graph, config, keeps, groups)
         tags = {var.name: index for var, index in layer_of.items()}
+        again = with_layer_slices(again, find_layer_slices(again, groups, tags))
         again = split_shared_pieces(again, groups, tags)
         return with_layer_pieces(again, find_layer_pieces(again, groups, tags))
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..relax_ir import FORM_KERNEL_ATTR, LAYER_PIECES_ATTR, OP_KINDS_ATTR, main_bindings
+from ..relax_ir import (FORM_KERNEL_ATTR, LAYER_PIECES_ATTR, LAYER_SLICES_ATTR, OP_KINDS_ATTR,
+                        main_bindings)
 
 _TRANSFORM_OPS = ("layout_transform", "te_layout_transform")
 
@@ -74,7 +75,7 @@ def _call_roles(mod, groups: list[set[str]], layer_of_tag: dict[str, int]) -> li
         return found
 
     roles = []
-    for binding, info in calls:
+    for binding, _info in calls:
         if binding.var not in layer_of_call:
             continue
         layer = layer_of_call[binding.var]
@@ -112,31 +113,96 @@ def split_shared_pieces(mod, groups: list[set[str]], layer_of_tag: dict[str, int
     for binding, role in _call_roles(mod, groups, layer_of_tag):
         roles.setdefault(binding.value.args[0].name_hint, {}).setdefault(role, []).append(
             binding)
-    split: dict = {}  # binding var -> the GlobalVar of its copy
-    out = None
-    for name, by_role in roles.items():
-        if -1 not in by_role or len(by_role) != 2:
-            continue
-        if out is None:
-            out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,
-                               global_infos=mod.global_infos)
-        gvar = mod.get_global_var(name)
-        copy = tvm.ir.GlobalVar(_fresh_name(out, f"{name}_piece"))
-        relax.expr._update_type(copy, gvar.ty)  # (call_tir checks its callee's type)
-        out[copy] = mod[gvar]
-        for role, bindings in by_role.items():
-            if role != -1:
-                split.update((b.var, copy) for b in bindings)
-    if out is None:
+    pieces = [b for by_role in roles.values() if -1 in by_role and len(by_role) == 2
+              for role, bindings in by_role.items() if role != -1 for b in bindings]
+    return own_kernels(mod, pieces, "piece")
+
+
+def find_layer_slices(mod, groups: list[set[str]], layer_of_tag: dict[str, int]) -> list:
+    """The calls of a lowered CPU form `mod` that :func:`~tvm_hetero.classify.classify_bindings`
+    takes for the slices the CPU forms add (a ``strided_slice`` after a form kernel) but that
+    cut a map (:func:`slices_a_map`) and are the only kernel of a model layer: the model's own
+    slices of a map that several layers read (DeepLabV3's bands of an atrous convolution's
+    input, which DropPaddingTaps cuts), read through the transform out of the blocked layout.
+    Their tags (`groups`, program order) are in a model layer (`layer_of_tag`) that no layer of
+    `mod` holds."""
+    from ..classify import classify_bindings
+
+    calls = [(b, info) for b, info in classify_bindings(mod) if info is not None]
+    if len(calls) != len(groups):
+        return []
+    held, slices = set(), []
+    for (binding, info), tags in zip(calls, groups):
+        layers = {layer_of_tag[tag] for tag in tags if tag in layer_of_tag}
+        if not info.form_kernel:
+            held |= layers
+        elif slices_a_map(binding, info) and len(layers) == 1:
+            slices.append((binding, layers.pop()))
+    return [binding for binding, layer in slices if layer not in held]
+
+
+def slices_a_map(binding, info) -> bool:
+    """Whether a call classified a form kernel (`info`) is a slice that cuts an axis other than
+    the channels (1): the CPU forms only slice padded channels, so it may be the model's own
+    slice (a layer)."""
+    if not (info.form_kernel and info.op_kinds and info.op_kinds[0] == "strided_slice"):
+        return False
+    args = binding.value.args[1].fields
+    shapes = [getattr(getattr(v, "ty", None), "shape", None) for v in (args[0], binding.var)] \
+        if args else []
+    if len(shapes) != 2 or any(s is None for s in shapes) or len(shapes[0]) != len(shapes[1]):
+        return False
+    return any(i != 1 and str(a) != str(b) for i, (a, b) in enumerate(zip(*shapes)))
+
+
+def with_layer_slices(mod, slices: list):
+    """`mod` with ``main`` naming the kernels of `slices` (bindings, :func:`find_layer_slices`)
+    layers (``LAYER_SLICES_ATTR``), each with a kernel of its own (``NAME_layer``) where the
+    kernel is also called as a form kernel."""
+    if not slices:
         return mod
+    chosen = {b.var for b in slices}
+    calls: dict = {}  # PrimFunc name -> whether called elsewhere too
+    for binding in main_bindings(mod):
+        value = binding.value
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) \
+                and value.op.name == "relax.call_tir":
+            name = value.args[0].name_hint
+            calls[name] = calls.get(name, False) or binding.var not in chosen
+    shared = [b for b in slices if calls[b.value.args[0].name_hint]]
+    out = own_kernels(mod, shared, "layer")
+    names = {b.value.args[0].name_hint for b in main_bindings(out) if b.var in chosen}
+    out = tvm.IRModule(dict(out.functions_items()), attrs=out.attrs,
+                       global_infos=out.global_infos)
+    out["main"] = out["main"].with_attr(LAYER_SLICES_ATTR, sorted(names))
+    return out
+
+
+def own_kernels(mod, calls: list, suffix: str):
+    """`mod` where the ``call_tir`` bindings `calls` call a copy of their kernel
+    (``NAME_SUFFIX``; one copy per kernel) instead of the kernel others call too."""
+    if not calls:
+        return mod
+    out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,
+                       global_infos=mod.global_infos)
+    copies: dict = {}  # PrimFunc name -> its copy's GlobalVar
+    callee: dict = {}  # binding var -> the GlobalVar it calls
+    for binding in calls:
+        gvar = binding.value.args[0]
+        if gvar.name_hint not in copies:
+            copy = tvm.ir.GlobalVar(_fresh_name(out, f"{gvar.name_hint}_{suffix}"))
+            relax.expr._update_type(copy, gvar.ty)  # (call_tir checks its callee's type)
+            out[copy] = mod[gvar]
+            copies[gvar.name_hint] = copy
+        callee[binding.var] = copies[gvar.name_hint]
     main = mod["main"]
     blocks = []
     for block in main.body.blocks:
         bindings = []
         for binding in block.bindings:
-            if binding.var in split:
+            if binding.var in callee:
                 call = binding.value
-                call = relax.Call(call.op, [split[binding.var], *call.args[1:]], call.attrs,
+                call = relax.Call(call.op, [callee[binding.var], *call.args[1:]], call.attrs,
                                   call.ty_args)
                 binding = relax.MatchCast(binding.var, call, binding.ty) \
                     if isinstance(binding, relax.MatchCast) else \

@@ -54,6 +54,9 @@ def model_phase(config: PrepareConfig):
         MergeConcatenatedConvs(),
         # a batched activation by a 2-D weight: one product of all the rows
         *([FlattenMatmulRows()] if config.flatten_matmul_rows else []),
+        # one binding per value: the blocked layout's own CSE would merge the model's
+        # duplicates (DropPaddingTaps' crops of one input for two convolutions) on a CPU only
+        t.EliminateCommonSubexpr(),
         t.DeadCodeElimination(),
     ], name="tvm_hetero.PrepareModel")
 

@@ -29,12 +29,12 @@ def keep_scheduled(into: dict, stop: bool = False):
 
 def estimated_flops(func) -> float:
     """The floating-point operations a PrimFunc computes as written
-    (``tvm.s_tir.analysis.estimate_tir_flops``): compared before and after scheduling, it
-    shows recomputation."""
-    import tvm
-    from tvm.s_tir.analysis import estimate_tir_flops
+    (``tvm.s_tir.analysis.estimate_tir_flops``, each ``if_then_else`` branch counted over the
+    instances that take it: :func:`tvm_hetero.optimize.gpu.work_budget.estimated_flops`):
+    compared before and after scheduling, it shows recomputation."""
+    from ..optimize.gpu.work_budget import estimated_flops as flops
 
-    return float(estimate_tir_flops(tvm.IRModule({"main": func})))
+    return flops(func)
 
 
 def is_depthwise(func) -> bool:

@@ -50,14 +50,17 @@ def gpu_rules(family: str = "cuda") -> list[Rule]:
     """The GPU rules of every layer kind on devices of `family` (``cuda`` or ``other``), in
     the order they are tried: on CUDA ``matmul-tiles`` (dlight's Matmul with a tile chosen per
     kernel) before dlight's own rules, and the reduction rules of :func:`_with_reduction_rules`
-    among them; dlight's ``Fallback`` last (a GPU kernel must be scheduled)."""
+    among them; ``injective-stages`` (the elementwise kernels ``Fallback`` would make
+    recompute a stage) before dlight's ``Fallback``, last (a GPU kernel must be scheduled)."""
+    from .injective_stages import InjectiveStages
     from .matmul_tiles import MatmulTiles
 
     own = [MatmulTiles()] if family == "cuda" else []
     rules = own + [DlightRule("gpu", name) for name in GPU_RULE_NAMES]
     if family == "cuda":
         rules = _with_reduction_rules(rules)
-    return rules
+    # before Fallback: the kernels whose inlining Fallback would make recompute a stage
+    return rules[:-1] + [InjectiveStages(), rules[-1]]
 
 
 def _with_reduction_rules(rules: list[Rule]) -> list[Rule]:
