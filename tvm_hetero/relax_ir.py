@@ -38,6 +38,23 @@ LAYER_PIECES_ATTR = "tvm_hetero.layer_pieces"
 LAYER_SLICES_ATTR = "tvm_hetero.layer_slices"
 
 
+def static_shape(expr) -> list[int] | None:
+    """The dimensions of a tensor-typed Relax expression when all are known integers, else
+    None (not a tensor, an unknown shape, a symbolic dimension)."""
+    import tvm
+    from tvm import relax
+
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    dims = []
+    for dim in ty.shape.values:
+        if not isinstance(dim, tvm.tirx.IntImm):
+            return None
+        dims.append(int(dim))
+    return dims
+
+
 def main_bindings(mod):
     """All bindings of ``main``, in program order."""
     from tvm import relax

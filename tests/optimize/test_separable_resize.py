@@ -3,7 +3,6 @@ against the ONNX formula, the rule's schedule, and resizes of every coordinate t
 built whole against onnxruntime."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

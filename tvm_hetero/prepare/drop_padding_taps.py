@@ -26,6 +26,7 @@ import math
 import tvm
 from tvm import relax
 
+from ..relax_ir import static_shape
 from .base import rewrite_functions
 
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -64,15 +65,6 @@ def tap_bands(size: int, out_size: int, kernel: int, stride: int, pad_begin: int
     return bands
 
 
-def _static(shape) -> list[int] | None:
-    dims = []
-    for dim in shape:
-        if not isinstance(dim, tvm.tirx.IntImm):
-            return None
-        dims.append(int(dim))
-    return dims
-
-
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
     def visit_call_(self, call):
@@ -84,8 +76,8 @@ class _Rewriter(relax.PyExprMutator):
         if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" \
                 or not isinstance(weight, tvm.ir.GenericConst):
             return call
-        data_shape = _static(data.ty.shape.values)
-        out_shape = _static(call.ty.shape.values) if str(attrs.out_layout) == "NCHW" else None
+        data_shape = static_shape(data)
+        out_shape = static_shape(call) if str(attrs.out_layout) == "NCHW" else None
         if data_shape is None or out_shape is None:
             return call
         kernel = weight.value.numpy()

@@ -27,6 +27,7 @@ import math
 import tvm
 from tvm import relax
 
+from ..relax_ir import static_shape
 from .base import rewrite_functions
 
 _MATMUL = tvm.ir.Op.get("relax.matmul")
@@ -37,18 +38,6 @@ ELEMENTWISE_OPS = frozenset(f"relax.{name}" for name in (
     "erf", "tanh", "sigmoid", "exp", "sqrt", "rsqrt", "negative", "abs", "square", "log",
     "clip", "astype", "nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "nn.leakyrelu",
 ))
-
-
-def _static_shape(expr) -> list[int] | None:
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    dims = []
-    for dim in ty.shape.values:
-        if not isinstance(dim, tvm.tirx.IntImm):
-            return None
-        dims.append(int(dim))
-    return dims
 
 
 @relax.expr_functor.mutator
@@ -69,13 +58,13 @@ class _Rewriter(relax.PyExprMutator):
     def _flat_product(self, call):
         """The 2-D product of a batched `x` by a 2-D weight, or None."""
         x, w = call.args
-        x_shape, w_shape = _static_shape(x), _static_shape(w)
+        x_shape, w_shape = static_shape(x), static_shape(w)
         if x_shape is None or w_shape is None or len(w_shape) != 2 or len(x_shape) < 3 \
                 or math.prod(x_shape[:-2]) == 1:
             return None
         rows = math.prod(x_shape[:-1])
         flat_x = self.flat.get(x)
-        if flat_x is None or _static_shape(flat_x) != [rows, x_shape[-1]]:
+        if flat_x is None or static_shape(flat_x) != [rows, x_shape[-1]]:
             flat_x = self.builder_.emit(relax.op.reshape(x, [rows, x_shape[-1]]))
         return relax.op.matmul(flat_x, w, out_dtype=call.attrs.out_dtype)
 
@@ -83,7 +72,7 @@ class _Rewriter(relax.PyExprMutator):
         """`arg` as an operand of the 2-D form of a value of shape `full`, or None."""
         if arg in self.flat:
             return self.flat[arg]
-        shape = _static_shape(arg)
+        shape = static_shape(arg)
         if shape is None or len(shape) > len(full):
             return None
         if len(shape) <= 1:
@@ -102,7 +91,7 @@ class _Rewriter(relax.PyExprMutator):
 
     def _flat_elementwise(self, call, full: list[int]):
         flat_args = [arg for arg in call.args if arg in self.flat]
-        if not flat_args or any(_static_shape(arg) != full for arg in flat_args):
+        if not flat_args or any(static_shape(arg) != full for arg in flat_args):
             return None  # nothing 2-D read, or a 2-D value broadcast up
         operands = []
         for arg in call.args:
@@ -116,7 +105,7 @@ class _Rewriter(relax.PyExprMutator):
 
     def visit_var_binding_(self, binding):
         value = self.visit_expr(binding.value)
-        full = _static_shape(binding.var)
+        full = static_shape(binding.var)
         flat = None
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and full:
             if value.op.same_as(_MATMUL):
@@ -127,9 +116,9 @@ class _Rewriter(relax.PyExprMutator):
             self._emit(binding.var, value)
             return
         flat_var = self.builder_.emit(flat)
-        if _static_shape(flat_var) != [math.prod(full[:-1]), full[-1]]:
+        if static_shape(flat_var) != [math.prod(full[:-1]), full[-1]]:
             raise RuntimeError(f"FlattenMatmulRows: {value.op.name} gave "
-                               f"{_static_shape(flat_var)} for {full}")  # cannot happen
+                               f"{static_shape(flat_var)} for {full}")  # cannot happen
         # the value in its own shape, for whatever else reads it (dead code when nothing does)
         new = self._emit(binding.var, relax.op.reshape(flat_var, full))
         self.flat[new] = flat_var
