@@ -13,7 +13,8 @@ from tvm_hetero.optimize.gpu.dlight import DlightRule
 from tvm_hetero.target import cuda_target
 from tvm_hetero.testing.gpu_emulation import (CannotEmulate, ScheduleMismatch, buffer_errors,
                                               check_gpu_schedule, cuda_build_kernels,
-                                              emulate_on_cpu, is_gpu_scheduled, thread_extents)
+                                              emulate_on_cpu, index_bounds, is_gpu_scheduled,
+                                              random_arguments, thread_extents)
 from tvm_hetero.testing.suite import bert_layer, llama_decode
 
 TARGET = cuda_target("sm_90")
@@ -315,3 +316,30 @@ def test_every_kernel_of_a_cuda_build_computes_the_right_values(make):
     assert len(kernels) >= 5
     for kernel, (original, scheduled, rule) in kernels.items():
         assert check_gpu_schedule(original, scheduled) <= 1e-5, (kernel, rule)
+
+
+def _mask_gather():
+    """DistilBERT's mask gather as its dynamo export imports: [1, 128, 2] indices transposed,
+    then gather_nd into a [1, 128] mask; the first index component is into a dimension of 1."""
+    mask = te.placeholder((1, 128), "float32", name="mask")
+    indices = te.placeholder((1, 128, 2), "int64", name="indices")
+    out = topi.gather_nd(mask, topi.transpose(indices, (2, 0, 1)))
+    return te.create_prim_func([mask, indices, out])
+
+
+def test_integer_inputs_stay_within_the_dimensions_they_index():
+    # the indices reach the gather through the transpose's buffer; a value of 1 into the
+    # dimension of 1 read past the mask (the reference and the emulation then differed, as
+    # undefined reads do: DistilBERT's te_gather_nd reported wrong)
+    func = _mask_gather()
+    assert index_bounds(func) == {"indices": 1}
+    assert not random_arguments(func, seed=0)[1].any()
+    scheduled = schedule(func, "Fallback")
+    for seed in range(3):
+        assert check_gpu_schedule(func, scheduled, seed=seed) == 0.0
+    # an embedding lookup: the ids index the table's rows (30522), up to 64
+    table = te.placeholder((30522, 8), "float32", name="table")
+    ids = te.placeholder((1, 16), "int64", name="ids")
+    take = te.create_prim_func([table, ids, topi.take(table, ids, axis=0)])
+    assert index_bounds(take) == {"ids": 30522}
+    assert random_arguments(take, seed=0)[1].max() > 8  # not the smallest extent above 1

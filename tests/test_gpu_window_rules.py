@@ -174,6 +174,40 @@ def test_window_tiles_schedules_grouped_convolutions_right(channels, out_channel
                                  out_channels=out_channels))
 
 
+def _blocked_depthwise(blocks: int, size: int, window: int, lanes: int, stride: int):
+    """A depthwise convolution and its bias in the CPU forms' blocked layout NCHW[lanes]c
+    (``ops.conv2d_nchwc``), as a GPU gets it where every layer of a model runs the CPU forms
+    (ConvNeXt-T's, before its forms matched: GeneralReduction, 7.8x the work)."""
+    from tvm import te, topi
+
+    from tvm_hetero.ops.conv2d_nchwc import depthwise_conv2d_nchwc
+
+    x = te.placeholder((1, blocks, size, size, lanes), "float32", name="x")
+    w = te.placeholder((blocks, 1, window, window, 1, lanes), "float32", name="w")
+    b = te.placeholder((1, blocks, 1, 1, lanes), "float32", name="b")
+    y = topi.add(depthwise_conv2d_nchwc(x, w, (stride, stride), (window // 2,) * 4, (1, 1)), b)
+    return te.create_prim_func([x, w, b, y]).with_attr(OP_KINDS_ATTR, ["conv2d", "add"])
+
+
+@pytest.mark.parametrize("blocks, size, window, lanes, stride", [
+    (12, 28, 7, 16, 1),  # ConvNeXt-T's second stage: 192 channels, 7x7
+    (6, 56, 3, 16, 2),  # a stride-2 3x3 of 96 channels
+    (4, 16, 3, 8, 1),  # blocks of 8 lanes (AVX2)
+])
+def test_window_tiles_schedules_blocked_depthwise_convolutions_right(blocks, size, window,
+                                                                    lanes, stride):
+    from tvm_hetero.testing.scheduled import is_depthwise
+
+    func = _blocked_depthwise(blocks, size, window, lanes, stride)
+    assert is_depthwise(func)
+    scheduled = _scheduled_and_checked(func)
+    assert estimated_flops(scheduled) == estimated_flops(func)
+    # every lane of a block in every tile: the threads a multiple of the lanes
+    assert _launch(scheduled)["threadIdx.x"] % lanes == 0
+    if blocks * size * size * lanes >= 64 * 256:
+        assert _launch(scheduled)["blockIdx.x"] >= CUDA_LIMITS["sm_90"].multiprocessors
+
+
 def test_window_tiles_launches_a_block_per_sm_where_the_layer_has_the_outputs():
     # 32 channels of 112 x 112: 401408 outputs, at most 256 threads of 4 rows a block
     scheduled = _scheduled_and_checked(_conv(32, 112, 3, 1, "clip"))

@@ -326,9 +326,62 @@ def build_for_cpu(func):
     return tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target({"kind": "llvm"}))
 
 
+def index_bounds(func) -> dict[str, int]:
+    """``{integer parameter: n}`` for the integer buffer parameters of `func` whose values
+    index a buffer: ``n`` the smallest extent of the dimensions they index (a gather_nd's
+    indices into a [1, 128] mask: 1), so that their random values stay in range."""
+    import tvm_ffi
+    from tvm import ir
+
+    params = [p for p in func.params if str(getattr(p.ty, "dtype", "")).startswith(
+        ("int", "uint"))]
+    copies: list = []  # (intermediate buffer, the parameter its values are copied from)
+    bounds: dict[str, int] = {}
+
+    def loaded(expr) -> list:
+        found = []
+
+        def visit(node):
+            if hasattr(node, "indices") and hasattr(node, "source"):
+                found.extend(p for p in params if node.source.same_as(p))
+                found.extend(p for b, p in copies if node.source.same_as(b))
+            return node
+
+        tvm_ffi.structural_map(expr, visit)
+        return found
+
+    def copy(node):  # a store of a parameter's values (a transpose of the indices)
+        if hasattr(node, "buffer") and hasattr(node, "value"):
+            value = node.value.value if hasattr(node.value, "value") and \
+                not hasattr(node.value, "indices") else node.value
+            if hasattr(value, "indices") and hasattr(value, "source"):
+                copies.extend((node.buffer, p) for p in loaded(value))
+        return node
+
+    tvm_ffi.structural_map(func.body, copy)
+
+    def visit(node):
+        if hasattr(node, "indices") and (hasattr(node, "source") or hasattr(node, "buffer")):
+            buffer = node.source if hasattr(node, "source") else node.buffer
+            shape = getattr(getattr(buffer, "ty", None), "shape", None) \
+                if isinstance(buffer, ir.expr.Var) else getattr(buffer, "shape", None)
+            for index, extent in zip(node.indices, shape or []):
+                if not hasattr(extent, "value"):
+                    continue
+                for param in loaded(index):
+                    bounds[param.name] = min(bounds.get(param.name, 1 << 30),
+                                             int(extent.value))
+        return node
+
+    tvm_ffi.structural_map(func.body, visit)
+    return bounds
+
+
 def random_arguments(func, seed: int = 0) -> list[np.ndarray]:
     """Seeded random arrays for every buffer parameter of `func`: normal floats, booleans,
-    integers in ``[0, n)`` (``n`` the smallest buffer extent above 1, at most 64)."""
+    integers in ``[0, n)``: ``n`` the smallest extent of the dimensions an integer input
+    indexes (:func:`index_bounds`), else the smallest buffer extent above 1; at most 64."""
+    indexing = index_bounds(func)
     shapes = []
     for param in func.params:
         ty = param.ty
@@ -341,11 +394,12 @@ def random_arguments(func, seed: int = 0) -> list[np.ndarray]:
     bound = min(min(extents, default=2), _MAX_INTEGER_INPUT)
     rng = np.random.default_rng(seed)
     arrays = []
-    for shape, dtype in shapes:
+    for (shape, dtype), name in zip(shapes, [p.name for p in func.params]):
         if dtype == "bool":
             arrays.append(rng.integers(0, 2, size=shape).astype(bool))
         elif dtype.startswith(("int", "uint")):
-            arrays.append(rng.integers(0, bound, size=shape).astype(dtype))
+            high = min(max(indexing.get(name, bound), 1), _MAX_INTEGER_INPUT)
+            arrays.append(rng.integers(0, high, size=shape).astype(dtype))
         elif dtype.startswith("float") and hasattr(np, dtype):
             arrays.append(rng.standard_normal(size=shape).astype(dtype))
         else:

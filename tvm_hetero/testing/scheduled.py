@@ -39,11 +39,16 @@ def estimated_flops(func) -> float:
 
 def is_depthwise(func) -> bool:
     """Whether a convolution kernel's weight (its second buffer) has one input channel per
-    group and several outputs: a depthwise convolution."""
+    group and several outputs: a depthwise convolution (OIHW, or the blocked OIHW1i[x]o of the
+    CPU forms)."""
     shapes = [param.ty.shape for param in func.params
               if getattr(param.ty, "shape", None) is not None]
-    return len(shapes) > 1 and len(shapes[1]) == 4 and int(shapes[1][1]) == 1 \
-        and int(shapes[1][0]) > 1
+    if len(shapes) < 2:
+        return False
+    weight = [int(d) for d in shapes[1]]
+    if len(weight) == 6:  # [C/x, 1, KH, KW, 1, x]
+        return weight[1] == 1 and weight[4] == 1 and weight[0] * weight[5] > 1
+    return len(weight) == 4 and weight[1] == 1 and weight[0] > 1
 
 
 def unscheduled_kernels(model, devices, placement) -> dict:

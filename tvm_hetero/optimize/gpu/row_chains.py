@@ -267,8 +267,13 @@ def _schedule_last(sch, last, scalars, rows, threads):
         if any(read.source.same_as(b) for b in reduced):
             for rng in read.region:
                 tvm_ffi.structural_walk(rng.min, (tirx.Var, visit), order="post")
-    row_loops = [lp for lp in loops if sch.get(lp).loop_var in row_vars
-                 or _extent(sch.get(lp).extent) == 1]
+    if row_vars:
+        row_loops = [lp for lp in loops if sch.get(lp).loop_var in row_vars
+                     or _extent(sch.get(lp).extent) == 1]
+    else:
+        # it reads no scalar of a row, only row-long steps (a masked softmax's isnan and
+        # where after the division): its leading loops, as many as make the rows
+        row_loops = _leading(sch, loops, rows)
     other = [lp for lp in loops if lp not in row_loops]
     if math.prod(_extent(sch.get(lp).extent) or 0 for lp in row_loops) != rows:
         raise _NotMine("the last block's loops over the rows are not the reduction's rows")
@@ -281,6 +286,19 @@ def _schedule_last(sch, last, scalars, rows, threads):
     if other:
         _split_bind(sch, sch.fuse(*other), threads)
     return bx
+
+
+def _leading(sch, loops, rows: int) -> list:
+    """The first of `loops` whose extents multiply to `rows` (none where no prefix does)."""
+    taken, product = [], 1
+    for loop in loops:
+        if product == rows and _extent(sch.get(loop).extent) != 1:
+            break
+        taken.append(loop)
+        product *= _extent(sch.get(loop).extent) or 0
+        if product > rows:
+            return []
+    return taken if product == rows else []
 
 
 def _schedule_step(sch, info, bx, threads):

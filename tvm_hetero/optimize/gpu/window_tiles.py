@@ -6,7 +6,9 @@ A thread block computes an output tile (a group of channels times a block of row
 of one image); the tile's input window, padding included, is fetched once into shared memory by
 all the block's threads; each thread computes a few outputs of one column, accumulating in
 registers with the window unrolled; the epilogue (bias, activation, batch norm, residual, the
-average's divisor) is computed in the thread's registers and written once.
+average's divisor) is computed in the thread's registers and written once. In the CPU forms'
+blocked layout NCHW[x]c (what a GPU gets where every layer runs the CPU forms) the block's
+lanes are the innermost threads, all of them in every tile.
 
 dlight has no such rule: its ``GeneralReduction`` takes these kernels with a thread block per
 output element, the window spread over 256 threads (a 3x3 window: 9 of them work) and the
@@ -51,20 +53,31 @@ class Window(NamedTuple):
     data_read: int  # the position of the windowed input in the block's reads
     data_shape_of: object  # callable: tile extents -> the input tile's extents
     dtype_bytes: int
+    inner: int = 0  # trailing output dimensions after the columns (NCHW[x]c's lanes: 1)
+
+    @property
+    def rows_axis(self) -> int:
+        return self.spatial - 2 - self.inner
+
+    @property
+    def columns_axis(self) -> int:
+        return self.spatial - 1 - self.inner
 
 
 class Tile(NamedTuple):
-    """A block's tile: `channels` x (`rows` x `rows_per_thread`) x `columns` outputs, a thread
-    per (channel, row block, column)."""
+    """A block's tile: `channels` x (`rows` x `rows_per_thread`) x `columns` x `lanes` outputs,
+    a thread per (channel, row block, column, lane); `lanes` is the whole inner dimension of a
+    blocked layout (NCHW[x]c), 1 elsewhere."""
 
     channels: int
     rows: int
     rows_per_thread: int
     columns: int
+    lanes: int = 1
 
     @property
     def threads(self) -> int:
-        return self.channels * self.rows * self.columns
+        return self.channels * self.rows * self.columns * self.lanes
 
 
 def _divisors(extent: int) -> list[int]:
@@ -105,8 +118,10 @@ def window_reduction(sch, block_rv) -> Window | None:
     iterator of extent over one (no output shares its input with another dimension's: not a
     GEMM) and every reduction iterator, the rows and the columns each with a reduction
     iterator; at most one other input (a depthwise convolution's weights), indexed by neither
-    the rows nor the columns. Else None."""
-    from tvm import sym, tirx
+    the rows nor the columns. The rows and columns are the last two spatial iterators, or the
+    two before a last one that the input reads as it is (the lanes of the blocked layout
+    NCHW[x]c, which a CPU form gives a depthwise convolution). Else None."""
+    from tvm import tirx
 
     block = sch.get(block_rv)
     iters = list(block.iter_vars)
@@ -129,7 +144,22 @@ def window_reduction(sch, block_rv) -> Window | None:
     reads = [r for r in block.reads if not r.source.same_as(out.source)]
     if not 1 <= len(reads) <= 2 or len(reads) != len(block.reads):
         return None
-    rows, columns = out_vars[-2], out_vars[-1]
+    for inner in (0, 1):
+        if spatial - inner < 4:
+            break
+        window = _window(reads, spatial, extents, out_vars, red_vars, inner)
+        if window is not None:
+            return window
+    return None
+
+
+def _window(reads, spatial, extents, out_vars, red_vars, inner):
+    """:func:`window_reduction`'s window with `inner` trailing dimensions after the columns,
+    each read by the input as it is; None when the block has no such window."""
+    from tvm import sym
+
+    rows_axis, columns_axis = spatial - 2 - inner, spatial - 1 - inner
+    rows, columns = out_vars[rows_axis], out_vars[columns_axis]
 
     def windowed(region) -> bool:
         mins = [r.min for r in region.region]
@@ -137,11 +167,14 @@ def window_reduction(sch, block_rv) -> Window | None:
                            for i, v in enumerate(out_vars))
         every_reduction = all(any(_uses(m, v) for m in mins) for v in red_vars)
         # the rows and the columns each slide a window (a 1 x 1 plane: a global pool's)
-        rows_window = extents[spatial - 2] == 1 or any(
+        rows_window = extents[rows_axis] == 1 or any(
             _uses(m, rows) and any(_uses(m, r) for r in red_vars) for m in mins)
-        cols_window = extents[spatial - 1] == 1 or any(
+        cols_window = extents[columns_axis] == 1 or any(
             _uses(m, columns) and any(_uses(m, r) for r in red_vars) for m in mins)
-        return every_output and every_reduction and rows_window and cols_window
+        # the inner dimensions: read at the output's index, with no window
+        plain = all(extents[i] > 1 and any(m.same_as(out_vars[i]) for m in mins)
+                    for i in range(columns_axis + 1, spatial))
+        return every_output and every_reduction and rows_window and cols_window and plain
 
     data = [i for i, r in enumerate(reads) if windowed(r)]
     if len(data) != 1:
@@ -150,8 +183,8 @@ def window_reduction(sch, block_rv) -> Window | None:
         if i != data[0] and any(_uses(r.min, rows) or _uses(r.min, columns)
                                 for r in region.region):
             return None  # a second input that varies with the pixels
-    outer = [i for i in range(spatial - 2) if extents[i] > 1]
-    channel_axis = outer[-1] if outer else spatial - 3
+    outer = [i for i in range(rows_axis) if extents[i] > 1]
+    channel_axis = outer[-1] if outer else rows_axis - 1
     data_mins = [r.min for r in reads[data[0]].region]
     group = _group_of(data_mins, out_vars[channel_axis])
     if group == 0:
@@ -161,8 +194,9 @@ def window_reduction(sch, block_rv) -> Window | None:
         """The extents of the input one tile reads (the tile at index 0: a grouped
         convolution's tiles keep within a group, so every tile reads as much)."""
         analyzer = sym.Analyzer()
-        span = {channel_axis: tile.channels, spatial - 2: tile.rows * tile.rows_per_thread,
-                spatial - 1: tile.columns}
+        span = {channel_axis: tile.channels, rows_axis: tile.rows * tile.rows_per_thread,
+                columns_axis: tile.columns}
+        span.update({i: extents[i] for i in range(columns_axis + 1, spatial)})
         dom = {var: sym.IntervalSet(0, span.get(i, 1) - 1) for i, var in enumerate(out_vars)}
         dom.update({var: sym.IntervalSet(0, e - 1)
                     for var, e in zip(red_vars, extents[spatial:])})
@@ -175,7 +209,7 @@ def window_reduction(sch, block_rv) -> Window | None:
     dtype = reads[data[0]].source.dtype
     # reads is block.reads (the block reads no buffer it writes): positions are the same
     return Window(spatial, channel_axis, group, data[0], data_shape_of,
-                  (dtype.bits * dtype.lanes + 7) // 8)
+                  (dtype.bits * dtype.lanes + 7) // 8, inner)
 
 
 def _limits(target) -> tuple[int, int, int, int | None]:
@@ -206,19 +240,24 @@ def choose_tile(window: Window, extents: list[int], target) -> Tile | None:
     """
     warp, max_threads, shared_bytes, sms = _limits(target)
     goal = min(PREFERRED_THREADS, max_threads)
-    height, width = extents[window.spatial - 2], extents[window.spatial - 1]
+    height, width = extents[window.rows_axis], extents[window.columns_axis]
     channels = extents[window.channel_axis]
+    lanes = 1
+    for extent in extents[window.columns_axis + 1:window.spatial]:
+        lanes *= extent
     blocks_outer = 1
-    for i in range(window.spatial - 2):
+    for i in range(window.rows_axis):
         if i != window.channel_axis:
             blocks_outer *= extents[i]
     group = window.channel_group
     candidates = [
-        Tile(c, r, p, x)
+        Tile(c, r, p, x, lanes)
         for c in _divisors(channels) if group % c == 0 or c % group == 0
         for p in _divisors(height) if p <= ROWS_PER_THREAD
         for r in _divisors(height // p)
-        for x in _divisors(width) if x <= warp and c * r * x <= goal]
+        for x in _divisors(width) if x <= warp and c * r * x * lanes <= goal]
+    if not candidates:
+        return None
     floor = min(warp, max(t.threads for t in candidates))
     shapes = {}  # (channels, rows, columns) of a tile -> extents of the input it fetches
 
@@ -299,7 +338,7 @@ class WindowTiles(Rule):
             logger.debug("window-tiles declines a kernel: one window exceeds the shared memory")
             return None
         warp = _limits(target)[0]
-        if extents[window.spatial - 2] * extents[window.spatial - 1] == 1 \
+        if extents[window.rows_axis] * extents[window.columns_axis] == 1 \
                 and tile.threads < warp:
             # a global pool whose windows are too large for a warp of them in shared memory:
             # dlight's reduction rule splits each window over threads instead
@@ -355,7 +394,8 @@ def _schedule(sch, blocks, main_index, window: Window, tile: Tile):
         sch.compute_inline(block_rv)
     loops = sch.get_loops(main)
     spatial, window_loops = loops[:window.spatial], loops[window.spatial:]
-    outer = [spatial[i] for i in range(window.spatial - 2) if i != window.channel_axis]
+    outer = [spatial[i] for i in range(window.rows_axis) if i != window.channel_axis]
+    lanes = spatial[window.columns_axis + 1:]
     groups = []
     if 1 < window.channel_group and window.channel_group % tile.channels == 0:
         # several blocks a group: the group on blockIdx.y, so that the fetch's channel range
@@ -366,13 +406,14 @@ def _schedule(sch, blocks, main_index, window: Window, tile: Tile):
         groups = [c_g]
     else:
         c_o, c_i = sch.split(spatial[window.channel_axis], [None, tile.channels])
-    y_o, y_t, y_r = sch.split(spatial[-2], [None, tile.rows, tile.rows_per_thread])
-    x_o, x_t = sch.split(spatial[-1], [None, tile.columns])
-    sch.reorder(*groups, *outer, c_o, y_o, x_o, c_i, y_t, x_t, *window_loops, y_r)
+    y_o, y_t, y_r = sch.split(spatial[window.rows_axis],
+                              [None, tile.rows, tile.rows_per_thread])
+    x_o, x_t = sch.split(spatial[window.columns_axis], [None, tile.columns])
+    sch.reorder(*groups, *outer, c_o, y_o, x_o, c_i, y_t, x_t, *lanes, *window_loops, y_r)
     block_loop = sch.fuse(*outer, c_o, y_o, x_o)
     if groups:
         sch.bind(groups[0], "blockIdx.y")
-    thread_loop = sch.fuse(c_i, y_t, x_t)
+    thread_loop = sch.fuse(c_i, y_t, x_t, *lanes)
     sch.bind(block_loop, "blockIdx.x")
     sch.bind(thread_loop, "threadIdx.x")
     sch.compute_at(shared, block_loop)
