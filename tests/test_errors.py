@@ -51,9 +51,6 @@ def test_no_module_imports_a_private_name_of_another():
     assert found == []
 
 
-MAX_LINES = 500
-
-
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -98,7 +95,3 @@ def test_the_import_graph_sees_relative_imports():
     assert _imported_modules(PACKAGE / "layers.py", wanted) == wanted
 
 
-def test_no_package_file_is_over_500_lines():
-    long = {str(path.relative_to(PACKAGE)): n for path in PACKAGE.rglob("*.py")
-            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert long == {}
