@@ -343,3 +343,38 @@ def test_integer_inputs_stay_within_the_dimensions_they_index():
     take = te.create_prim_func([table, ids, topi.take(table, ids, axis=0)])
     assert index_bounds(take) == {"ids": 30522}
     assert random_arguments(take, seed=0)[1].max() > 8  # not the smallest extent above 1
+
+
+def test_a_launch_leaving_part_of_an_intermediate_unwritten_is_caught():
+    # the separable resize in two launches (injective-stages): the columns, then the rows
+    # that read them; the columns launch one block short. The emulation fills the kernel's
+    # own float buffers first: the memory an earlier run freed held the right columns, and
+    # the broken schedule passed
+    import tvm
+
+    from tvm_hetero.ops import resize
+    from tvm_hetero.optimize.gpu.injective_stages import InjectiveStages
+
+    x = te.placeholder((1, 4, 8, 8), "float32", name="x")
+    tables = [te.placeholder((64,), dtype, name=f"{axis}_{part}")
+              for axis in ("row", "col")
+              for part, dtype in (("first", "int32"), ("second", "int32"), ("weight", "float32"))]
+    func = te.create_prim_func([x, *tables, resize.separable_linear(x, *tables)])
+    scheduled = InjectiveStages().apply(func, tvm.target.Target(TARGET))
+    assert len(thread_extents(scheduled)) == 2
+    assert check_gpu_schedule(func, scheduled) == 0.0
+
+    def shorten(node):  # the first launch's block loop, one block short
+        if isinstance(node, tirx.For) and node.thread_binding is not None \
+                and str(node.thread_binding.thread_tag) == "blockIdx.x" and not done:
+            done.append(node)
+            return tirx.For(node.loop_var, node.min,
+                            tirx.IntImm(node.extent.ty, node.extent.value - 1), node.kind,
+                            node.body, node.thread_binding, node.annotations)
+        return node
+
+    done: list = []
+    broken = tvm_ffi.structural_map(scheduled, (tirx.For, shorten), order="pre")
+    assert done and int(done[0].extent) > 1
+    with pytest.raises(ScheduleMismatch):
+        check_gpu_schedule(func, broken)

@@ -20,9 +20,12 @@ thread loops first, so that the serial run orders them as the barrier does.
 
 What it catches: any wrong value the schedule itself computes: an output element not written
 (a wrong split, predicate or bound loop extent), a wrong index in a fetch or in the compute, a
-reduction that misses part of its range, a fused epilogue at the wrong place; and loops bound
-to one thread axis with different extents (the GPU launches one extent per axis, so some loop
-runs for threads it does not cover or misses threads), reported before any value is computed.
+reduction that misses part of its range, a fused epilogue at the wrong place, a launch that
+leaves part of an intermediate between launches unwritten (the kernel's own float buffers are
+filled with a huge value first: memory freed by an earlier run held the right values); and
+loops bound to one thread axis with different extents (the GPU launches one extent per axis,
+so some loop runs for threads it does not cover or misses threads), reported before any value
+is computed.
 
 What it does not catch (its limits):
 
@@ -152,7 +155,42 @@ def emulate_on_cpu(scheduled_func):
                                          (tirx.Evaluate, barrier)])
     if "target" in func.attrs:
         func = func.without_attr("target")
-    return func
+    return _poisoned(func)
+
+
+# What the emulation writes into a kernel's own float buffers before it runs: a missing write
+# reads it (memory freed by an earlier run of the same kernel held the right values)
+_POISON = {"float16": 1.0e4, "float32": 1.0e30, "float64": 1.0e30}
+
+
+def _poisoned(func):
+    """`func` with its root block's float buffers (intermediates between launches) filled with
+    :data:`_POISON` first, so that a launch that leaves part of one unwritten is seen. Integer
+    buffers (indices) are left as they are: a poisoned index would read out of bounds."""
+    from tvm import s_tir, tirx
+
+    realize = func.body
+    if not isinstance(realize, s_tir.SBlockRealize):
+        return func
+    root = realize.block
+    fills = []
+    for buf in root.alloc_buffers:
+        dtype = str(buf.dtype)
+        if dtype not in _POISON or not all(hasattr(d, "value") for d in buf.shape):
+            continue
+        loops = [tirx.Var(f"poison_{i}", d.ty.dtype if hasattr(d, "ty") else "int64")
+                 for i, d in enumerate(buf.shape)]
+        stmt = tirx.BufferStore(buf, tirx.FloatImm(dtype, _POISON[dtype]), loops)
+        for var, extent in reversed(list(zip(loops, buf.shape))):
+            stmt = tirx.For(var, tirx.IntImm(var.ty.dtype, 0), extent, tirx.ForKind.SERIAL,
+                            stmt)
+        fills.append(stmt)
+    if not fills:
+        return func
+    block = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint,
+                         tirx.SeqStmt([*fills, root.body]), root.init, root.alloc_buffers,
+                         root.match_buffers, root.annotations)
+    return func.with_body(s_tir.SBlockRealize(realize.iter_values, realize.predicate, block))
 
 
 def is_gpu_scheduled(func) -> bool:
