@@ -32,16 +32,6 @@ from .base import rewrite_functions
 _CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 
 
-def live_taps(size: int, out_size: int, kernel: int, stride: int, pad_begin: int,
-              dilation: int) -> tuple[int, int]:
-    """``(first, last)`` taps along one axis that read an input element for some output:
-    tap ``t`` reads ``o * stride - pad_begin + t * dilation`` for ``o`` in ``[0, out_size)``.
-    Taps between two live ones are kept (the window stays evenly dilated)."""
-    live = [t for t in range(kernel)
-            if any(0 <= o * stride - pad_begin + t * dilation < size for o in range(out_size))]
-    return (live[0], live[-1]) if live else (kernel // 2, kernel // 2)
-
-
 # The least share of a convolution's tap-pixels reading padding for which it is cut into bands.
 MIN_BANDED_WASTE = 0.5
 
@@ -63,6 +53,22 @@ def tap_bands(size: int, out_size: int, kernel: int, stride: int, pad_begin: int
         else:
             bands.append((out, out + 1, first, last))
     return bands
+
+
+def live_taps(size: int, out_size: int, kernel: int, stride: int, pad_begin: int,
+              dilation: int) -> tuple[int, int]:
+    """``(first, last)`` taps along one axis that read an input element for some output
+    (the span of :func:`tap_bands`' taps); taps between two live ones are kept (the window
+    stays evenly dilated); the centre tap where none is live."""
+    return _span(tap_bands(size, out_size, kernel, stride, pad_begin, dilation), kernel)
+
+
+def _span(bands, kernel: int) -> tuple[int, int]:
+    """The first and last tap any of `bands` reads; the centre tap where none reads one."""
+    spans = [(first, last) for _, _, first, last in bands if first <= last]
+    if not spans:
+        return kernel // 2, kernel // 2
+    return min(first for first, _ in spans), max(last for _, last in spans)
 
 
 @relax.expr_functor.mutator
@@ -88,18 +94,19 @@ class _Rewriter(relax.PyExprMutator):
         computed = sum((r1 - r0) * (c1 - c0) * (rb - ra + 1) * (cb - ca + 1)
                        for r0, r1, ra, rb in bands[0] for c0, c1, ca, cb in bands[1])
         # the work of the window without its padding-only taps, which slicing alone drops
-        live = [live_taps(*g) for g in geometry]
+        live = [_span(b, g[2]) for b, g in zip(bands, geometry)]
         work = out_shape[2] * out_shape[3] * math.prod(last - first + 1 for first, last in live)
         if 1 - computed / work >= MIN_BANDED_WASTE:
             return self._banded(call, data, kernel, geometry, bands, out_shape)
-        return self._live_window(call, data, kernel, geometry)
+        return self._live_window(call, data, kernel, geometry, live)
 
-    def _live_window(self, call, data, kernel, geometry):
-        """The convolution without the window rows and columns that read only padding."""
+    def _live_window(self, call, data, kernel, geometry, live):
+        """The convolution without the window rows and columns that read only padding (`live`:
+        the first and last live tap along each axis)."""
         attrs = call.attrs
         taps, begins, ends, dilation = [], [], [], []
-        for axis, (size, out_size, k, stride, pad_begin, dil) in enumerate(geometry):
-            first, last = live_taps(size, out_size, k, stride, pad_begin, dil)
+        for axis, (_, _, k, _, pad_begin, dil) in enumerate(geometry):
+            first, last = live[axis]
             begin = pad_begin - first * dil
             end = int(attrs.padding[2 + axis]) - (k - 1 - last) * dil
             if begin < 0 or end < 0:  # the window would crop the input: keep every tap

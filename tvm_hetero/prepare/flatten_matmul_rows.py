@@ -31,7 +31,6 @@ from ..relax_ir import static_shape
 from .base import rewrite_functions
 
 _MATMUL = tvm.ir.Op.get("relax.matmul")
-_RESHAPE = "relax.reshape"
 # ops applied element by element to their (broadcast) operands: the epilogue carried in 2-D
 ELEMENTWISE_OPS = frozenset(f"relax.{name}" for name in (
     "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "floor_divide",
