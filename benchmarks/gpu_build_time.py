@@ -8,7 +8,7 @@ The cpu and cuda builds alternate in one process, ``--rounds`` times; the best r
 Without a CUDA runtime (no GPU) TVM compiles no CUDA at build time: the library carries CUDA
 source, compiled when a GPU machine loads it. That compile is measured here the way TVM does it
 on that machine, through ``tvm_callback_cuda_compile`` with ``TVM_CUDA_COMPILE_MODE=nvcc`` (nvcc
-is on these machines; NVRTC is not), behind :mod:`tvm_hetero.cuda_cache` with a fresh cache
+is on these machines; NVRTC is not), behind :mod:`tvm_hetero.build.cuda_cache` with a fresh cache
 directory: "cold" compiles every CUDA module, "warm" finds them all cached. ``--per-kernel``
 builds with a ``KernelCache`` (as a tune's candidates are), one CUDA module per kernel, each
 its own cache entry; by default a plain build: one CUDA module for all the kernels.
@@ -28,7 +28,7 @@ import time
 def _build(th, model, devices, kernel_cache=None, timing=None):
     """``(compiled, stats, seconds, pass timing report or "")`` of one all-on-one build."""
     import tvm
-    from tvm_hetero.build import BuildStats
+    from tvm_hetero.build.compile import BuildStats
 
     layers = th.extract_layers(model, th.PrepareConfig.for_devices(devices))
     placement = th.Placement.all_on(layers, devices.names[0])
@@ -65,8 +65,8 @@ def main() -> None:
     os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
     import tvm
     import tvm_hetero as th
-    from tvm_hetero import cuda_cache
-    from tvm_hetero.build import KernelCache
+    from tvm_hetero.build import cuda_cache
+    from tvm_hetero.build.compile import KernelCache
     from tvm_hetero.devices import host_cpu_model, host_num_cores
     from tvm_hetero.testing.suite import SUITE
 

@@ -72,7 +72,7 @@ def check_model(spec: str, seed: int, mutants: bool = False, input_shapes=None) 
     """Build `spec` (a suite model or an ``.onnx`` path, pinned by `input_shapes`) all on cuda
     and check every CUDA kernel (with `mutants`, also each kernel with its last thread block
     dropped, which must be reported): a row for the table."""
-    from tvm_hetero.verify import tolerance_for
+    from tvm_hetero.measure.reference import tolerance_for
 
     start = time.perf_counter()
     name, model = load_checked_model(spec, input_shapes)

@@ -19,8 +19,8 @@ import numpy as np
 import tvm_hetero as th
 from tvm_hetero.search import candidates as gen
 from tvm_hetero.measure import LocalBuilder, LocalRunner, MeasureTask, Measurer
-from tvm_hetero.profiles import profile_model
-from tvm_hetero.status import TaskWeights, probe
+from tvm_hetero.measure.profiles import profile_model
+from tvm_hetero.measure.status import TaskWeights, probe
 from tvm_hetero.testing import light_model
 
 

@@ -12,7 +12,7 @@ Prints the ratio tvm_hetero / onnxruntime per model, the geometric mean and the 
 (/proc/cpuinfo) and the target; then a kernel census: every kernel no rule scheduled
 (``compiled.stats.rules`` None: TVM's default loops), by layer kind and fused ops, and (unless
 --no-kernel-times) each kernel timed alone under the rules the build chose
-(``tvm_hetero.profiles.kernel_for``), summed per kernel class, to attribute the time.
+(``tvm_hetero.measure.profiles.kernel_for``), summed per kernel class, to attribute the time.
 For the models whose weights exceed the last-level cache (a decode step: every weight read
 from memory once per call) it prints the weight bytes per millisecond of each runtime (GB/s)
 beside the copy bandwidth ``tvm-hetero devices`` measures (``profiles.measure_transfer``).
@@ -44,8 +44,8 @@ import onnxruntime as ort
 
 import tvm_hetero as th
 from tvm_hetero.devices import host_num_cores
-from tvm_hetero.layered import layered_module
-from tvm_hetero.profiles import kernel_for, time_kernel
+from tvm_hetero.layers.layered import layered_module
+from tvm_hetero.measure.profiles import kernel_for, time_kernel
 from tvm_hetero.testing import max_relative_error
 from tvm_hetero.testing.suite import (SUITE, copy_bandwidth_gbs, cpu_name, ort_cpu_session,
                                       suite_case, weight_bytes)

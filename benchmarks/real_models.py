@@ -168,9 +168,9 @@ def measure(name: str, exporter: str, args, results: Results, header: dict) -> d
     import onnx
 
     import tvm_hetero as th
+    from tvm_hetero.measure.reference import reference_session
     from tvm_hetero.testing import max_relative_error, random_placement
     from tvm_hetero.testing.suite import alternating_best, ort_cpu_session
-    from tvm_hetero.verify import reference_session
 
     exports = os.path.join(args.out, "exports")
     row = dict(model=name, exporter=exporter, imported=False, built=False, right=False)

@@ -4,7 +4,7 @@ import tvm
 from tvm import relax
 
 import tvm_hetero as th
-from tvm_hetero.annotate import WEIGHTS_FUNC
+from tvm_hetero.build.annotate import WEIGHTS_FUNC
 from tvm_hetero.prepare import prepare
 
 from conftest import zoo

@@ -80,12 +80,13 @@ class Shared:
     def record_line(self) -> dict:
         """One real, verified record of zoo:mlp on cpu + cpu-generic (as JSON)."""
         if self._record is None:
-            from tvm_hetero.database import Database
+            from tvm_hetero.search.records import PlacementRecords
             from tvm_hetero.measure import ErrorKind, MeasureResult
 
             model = zoo("mlp")
             path = self.root / "records.jsonl"
-            db = Database(path, model.fingerprint(), th.DeviceSet.parse(DEVICES).fingerprint())
+            db = PlacementRecords(path, model.fingerprint(),
+                                  th.DeviceSet.parse(DEVICES).fingerprint())
             db.commit(th.Placement.all_on(th.extract_layers(model), "cpu-generic"),
                       MeasureResult(ErrorKind.NONE, [1.0, 1.1, 0.9]))
             self._record = json.loads(path.read_text().splitlines()[0])

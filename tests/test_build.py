@@ -9,7 +9,7 @@ from tvm_hetero.testing import (light_model, max_relative_error, onnx_reference,
                                 random_placement)
 
 from conftest import conv_chain, zoo
-from tvm_hetero.layered import placed_module
+from tvm_hetero.layers.layered import placed_module
 
 # Outputs are compared as max |got - want| / max |want|. Layers on cpu-generic are compiled
 # without FMA, so they round differently from the host-CPU build: 1e-4 allows for that and

@@ -18,7 +18,7 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_hetero as th
-from tvm_hetero.build import KernelCache
+from tvm_hetero.build.compile import KernelCache
 from tvm_hetero.optimize.cpu.base import MAX_UNROLLED_COPIES, max_unrolled_copies
 from tvm_hetero.relax_ir import OP_KINDS_ATTR
 from tvm_hetero.testing.models import onnx_reference

@@ -7,10 +7,10 @@ import pytest
 
 from tvm_hetero import DeviceSet, Placement, PlacementError
 from tvm_hetero.search import candidates as S
-from tvm_hetero.layers import Layer, TensorInfo
-from tvm_hetero.memory import fits, memory_use
-from tvm_hetero.profiles import Profile, TransferFit
-from tvm_hetero.status import DeviceStatus, TaskWeights
+from tvm_hetero.layers.extract import Layer, TensorInfo
+from tvm_hetero.build.memory import fits, memory_use
+from tvm_hetero.measure.profiles import Profile, TransferFit
+from tvm_hetero.measure.status import DeviceStatus, TaskWeights
 
 
 def layer(name, params, act_in, act_out, flops=0.0, preds=(), index=0):

@@ -36,8 +36,8 @@ def test_variants_move_each_choice_alone_to_its_next_options():
 
 def _matvec(weights: int):
     """A kernel ``y[n] = sum_k x[k] * W[k, n]`` (W 256 x `weights` // 256), legalized."""
-    from tvm_hetero.layered import layered_module
-    from tvm_hetero.layers import extract_layers
+    from tvm_hetero.layers.extract import extract_layers
+    from tvm_hetero.layers.layered import layered_module
 
     cols = weights // 256
     w = np.random.default_rng(0).standard_normal((256, cols)).astype("float32")

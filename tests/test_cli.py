@@ -172,7 +172,7 @@ def test_devices_status_json(capsys):
 
 
 def test_compile_from_records_and_memory_caps(tmp_path, capsys):
-    from tvm_hetero.database import Database
+    from tvm_hetero.search.records import PlacementRecords
     from tvm_hetero.measure import ErrorKind, MeasureResult
 
     model = zoo("mlp")
@@ -183,7 +183,7 @@ def test_compile_from_records_and_memory_caps(tmp_path, capsys):
     wrong = th.Placement({layers[0].name: "cpu", layers[1].name: "cpu-generic",
                           layers[2].name: "cpu"})
     records = tmp_path / "r.jsonl"
-    db = Database(records, model.fingerprint(), devices.fingerprint())
+    db = PlacementRecords(records, model.fingerprint(), devices.fingerprint())
     db.commit(slow, MeasureResult(ErrorKind.NONE, [2.0]))
     db.commit(fast, MeasureResult(ErrorKind.NONE, [1.0]))
     db.commit(wrong, MeasureResult(ErrorKind.WRONG_ANSWER, message="x"))

@@ -1,4 +1,4 @@
-"""The disk cache of compiled CUDA (tvm_hetero.cuda_cache) in front of TVM's compile callback.
+"""The disk cache of compiled CUDA (tvm_hetero.build.cuda_cache) in front of TVM's compile callback.
 
 Without a GPU TVM compiles no CUDA at build time (the library keeps the source, compiled when a
 GPU machine loads it); these tests send the build's CUDA through the registered callback the
@@ -15,8 +15,8 @@ import tvm_ffi
 from tvm.script import tirx as T
 
 import tvm_hetero as th
-from tvm_hetero import cuda_cache
-from tvm_hetero.build import BuildStats, KernelCache
+from tvm_hetero.build import cuda_cache
+from tvm_hetero.build.compile import BuildStats, KernelCache
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
 

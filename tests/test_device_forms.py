@@ -9,8 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_hetero as th
 from tvm_hetero.api import inspect_model
-from tvm_hetero.classify import classify_bindings
-from tvm_hetero.layered import layer_forms, layered_module, placed_module
+from tvm_hetero.layers.classify import classify_bindings
+from tvm_hetero.layers.layered import layer_forms, layered_module, placed_module
 from tvm_hetero.ops.winograd import is_winograd
 from tvm_hetero.prepare import PrepareConfig
 from tvm_hetero.testing import max_relative_error, onnx_reference
@@ -314,7 +314,7 @@ def test_layers_cut_in_two_by_cpu_forms_keep_the_model_form_on_cuda(model_name, 
     names = [layer.name for layer in th.extract_layers(cpu_form)]
     for other in ([CUDA], ["cpu"]):
         assert [layer.name for layer in inspect_model(model, other).layers] == names
-    with caplog.at_level("WARNING", logger="tvm_hetero.layered"):
+    with caplog.at_level("WARNING", logger="tvm_hetero.layers.layered"):
         all_cuda = _kernels(model, devices, th.Placement.all_on(names, "cuda"))
         # the layers up to the last one cut in two on cpu, the rest on cuda
         last = max(names.index(name) for name in _pieces(cpu_form).values())

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tvm_hetero as th
-from tvm_hetero.database import Database
+from tvm_hetero.search.records import PlacementRecords
 from tvm_hetero.measure import (BuildResult, ErrorKind, MeasureTask, Measurer, outputs_match,
                                 placement_key)
 from tvm_hetero.search import tune
@@ -123,7 +123,8 @@ def test_the_winner_is_a_verified_correct_placement(faulty_tune):
     ok, error = outputs_match(outputs, reference)
     assert ok and error <= 1e-4, error
     # and the records agree on the winner
-    db = Database(result.records, th.load_model("zoo:cnn").fingerprint(), devices.fingerprint())
+    db = PlacementRecords(result.records, th.load_model("zoo:cnn").fingerprint(),
+                          devices.fingerprint())
     best_placement, best_result = db.best()
     assert best_placement == result.placement and best_result.median_ms == result.latency.median_ms
 
@@ -143,7 +144,7 @@ def test_over_the_memory_cap_is_recorded_without_a_build(faulty_tune, tmp_path):
     builder = FaultyBuilder(plan, n_parallel=1, timeout_s=BUILD_TIMEOUT_S)
     runner = FaultyRunner(plan, timeout_s=RUN_TIMEOUT_S)
     fingerprints = (task.model.fingerprint(), devices.fingerprint())
-    measurer = Measurer(task, builder, runner, Database(records, *fingerprints))
+    measurer = Measurer(task, builder, runner, PlacementRecords(records, *fingerprints))
     got_over, got_best = measurer.measure([over, result.placement])
     assert got_over.error == ErrorKind.MEMORY_EXCEEDED and not got_over.ok
     assert "cpu-generic needs" in got_over.message and "cap 160" in got_over.message
@@ -151,7 +152,7 @@ def test_over_the_memory_cap_is_recorded_without_a_build(faulty_tune, tmp_path):
     assert builder.built == [] and runner.ran == [] and measurer.measured == 0
     recorded = read_records(records)[placement_key(over)]["result"]
     assert recorded["error"] == ErrorKind.MEMORY_EXCEEDED.value
-    assert Database(records, *fingerprints).get(over).error == ErrorKind.MEMORY_EXCEEDED
+    assert PlacementRecords(records, *fingerprints).get(over).error == ErrorKind.MEMORY_EXCEEDED
 
 
 def test_resuming_retries_no_failed_candidate(faulty_tune, tmp_path):

@@ -159,7 +159,7 @@ def test_a_convnext_stage_built_all_on_cuda_meets_the_goals(stage, caplog):
     layer of a stage's last residual add in two), so its blocked 7x7 depthwise convolutions
     went to GeneralReduction at 7.8x their work; in the model's own form they are depthwise
     convolutions that window-tiles takes."""
-    with caplog.at_level("WARNING", logger="tvm_hetero.layered"):
+    with caplog.at_level("WARNING", logger="tvm_hetero.layers.layered"):
         rows, _ = census(stage, ARCH, with_nvcc=shutil.which("nvcc") is not None)
     assert "every layer runs the CPU forms" not in caplog.text
     sms = cuda_multiprocessors(ARCH)
@@ -176,8 +176,8 @@ def test_the_transpose_after_a_stages_last_residual_add_is_a_piece_of_its_layer(
     (``transpose_piece``) and the CPU forms keep the model form's layer names."""
     import numpy as np
 
-    from tvm_hetero.classify import classify_bindings
-    from tvm_hetero.layered import layer_forms
+    from tvm_hetero.layers.classify import classify_bindings
+    from tvm_hetero.layers.layered import layer_forms
     from tvm_hetero.prepare import PrepareConfig
     from tvm_hetero.testing import max_relative_error, onnx_reference
 
@@ -243,8 +243,8 @@ def test_the_models_own_slices_of_a_blocked_map_stay_layers_on_a_cpu(caplog):
     each: the duplicates merged in the model phase, as the blocked layout merges them), so the
     CPU forms keep them layers and the names match. All on cuda: the model's form, the goals
     met; all on cpu: onnxruntime's values."""
-    from tvm_hetero.classify import classify_bindings
-    from tvm_hetero.layered import layer_forms
+    from tvm_hetero.layers.classify import classify_bindings
+    from tvm_hetero.layers.layered import layer_forms
     from tvm_hetero.prepare import PrepareConfig
     from tvm_hetero.testing import max_relative_error, onnx_reference
 
@@ -259,7 +259,7 @@ def test_the_models_own_slices_of_a_blocked_map_stay_layers_on_a_cpu(caplog):
     assert sorted(cpu) == sorted(own)
     assert sorted(n for n, kind in own if kind == "strided_slice") == [
         "strided_slice_0", "strided_slice_1", "strided_slice_2"]
-    with caplog.at_level("WARNING", logger="tvm_hetero.layered"):
+    with caplog.at_level("WARNING", logger="tvm_hetero.layers.layered"):
         rows, _ = census(model, ARCH, with_nvcc=False)
     assert "every layer runs the CPU forms" not in caplog.text
     sms = cuda_multiprocessors(ARCH)

@@ -228,8 +228,8 @@ def test_suite_models_meet_the_census_goals_on_their_conv_and_matmul_kernels(nam
     # (wide_and_deep's 8 x 2048 -> 512 dense through a split reduction), each scheduled
     # kernel's values right under emulation
     import tvm_hetero as th
-    from tvm_hetero.classify import classify_bindings, kernel_kind
-    from tvm_hetero.layered import placed_module
+    from tvm_hetero.layers.classify import classify_bindings, kernel_kind
+    from tvm_hetero.layers.layered import placed_module
     from tvm_hetero.testing.scheduled import keep_scheduled
     from tvm_hetero.testing.suite import SUITE
 

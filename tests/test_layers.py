@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tvm_hetero as th
-from tvm_hetero.classify import LAYER_KINDS
+from tvm_hetero.layers.classify import LAYER_KINDS
 from tvm_hetero.prepare import prepare
 from tvm_hetero.relax_ir import is_layered
 
@@ -44,8 +44,8 @@ def test_layer_configuration_numbers():
 def _form_kernels(model):
     """``[(layer served, output shape)]`` of the form kernels (layout transforms of the CPU
     forms) of a model's layered module for the host CPU, in program order."""
-    from tvm_hetero.classify import classify_bindings
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.classify import classify_bindings
+    from tvm_hetero.layers.layered import layered_module
 
     return [(info.name, tuple(int(d) for d in binding.var.ty.shape))
             for binding, info in classify_bindings(layered_module(model))
@@ -181,7 +181,7 @@ def test_resnet50_from_the_onnx_package_has_50_to_70_layers():
 
 def test_layers_table_and_json():
     layers = th.extract_layers(zoo("mlp").mod)
-    from tvm_hetero.layer_table import layers_table
+    from tvm_hetero.layers.table import layers_table
 
     table = layers_table(layers)
     assert "matmul_0" in table and "3 layers" in table
@@ -359,7 +359,7 @@ def test_a_convolution_layout_without_a_lowering_is_a_model_error():
 def test_3x3_convolutions_run_as_winograd_and_match_onnxruntime(cpu_devices):
     import onnxruntime as ort
 
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize.cpu import is_winograd
     from tvm_hetero.testing import max_relative_error
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import tvm_hetero as th
-from tvm_hetero.database import Database
+from tvm_hetero.search.records import PlacementRecords
 from tvm_hetero.measure import (BuildResult, ErrorKind, LocalBuilder, LocalRunner, MeasureTask,
                                 Measurer, outputs_match, placement_key, tolerance_for)
 from tvm_hetero.testing import FakeBuilder, FakeRunner
@@ -30,7 +30,8 @@ class CountingBuilder(LocalBuilder):
 
 
 def test_build_run_verify_record_and_resume(task, tmp_path):
-    db = Database(tmp_path / "r.jsonl", task.model.fingerprint(), task.devices.fingerprint())
+    db = PlacementRecords(tmp_path / "r.jsonl", task.model.fingerprint(),
+                          task.devices.fingerprint())
     builder = CountingBuilder(n_parallel=2, timeout_s=300)
     measurer = Measurer(task, builder, LocalRunner(repeat=3), db)
     placements = [th.Placement.all_on(task.layers, "cpu"), alternating(task), alternating(task, 1)]
@@ -41,7 +42,7 @@ def test_build_run_verify_record_and_resume(task, tmp_path):
     assert results[3] is results[1]
     # resume: the same records file, nothing measured twice
     resumed = Measurer(task, builder, LocalRunner(),
-                       Database(tmp_path / "r.jsonl", task.model.fingerprint(),
+                       PlacementRecords(tmp_path / "r.jsonl", task.model.fingerprint(),
                                 task.devices.fingerprint()))
     again = resumed.measure(placements)
     assert builder.count == 3 and resumed.measured == 0

@@ -268,8 +268,8 @@ def test_one_executable_gives_nonzero_outputs_of_any_length():
 
 def test_a_layer_whose_shape_depends_on_input_values_is_profiled_at_its_upper_bound():
     from tvm_hetero.devices import DeviceSet
-    from tvm_hetero.layered import layered_module
-    from tvm_hetero.profiles import profile_model
+    from tvm_hetero.layers.layered import layered_module
+    from tvm_hetero.measure.profiles import profile_model
     from tvm_hetero.relax_ir import bounded_kernel, upper_bounds
 
     model_proto, inputs, _ = onnx_node_case("test_compress_0")

@@ -130,7 +130,7 @@ def test_the_unrolled_steps_share_one_copy_of_the_weights(op_type):
     copy per step (its suite model: 96 MB of constants for 4.5 MB of weights)."""
     import tvm
 
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
 
     proto, _ = recurrent_model(op_type, hidden=16, seq=12, direction="bidirectional")
     weights = sum(numpy_helper.to_array(i).nbytes for i in proto.graph.initializer)

@@ -7,7 +7,7 @@ from tvm.script import tirx as T
 
 import tvm_hetero as th
 from tvm_hetero import optimize
-from tvm_hetero.classify import LAYER_KINDS, kernel_kind
+from tvm_hetero.layers.classify import LAYER_KINDS, kernel_kind
 from tvm_hetero.testing import max_relative_error, random_placement
 
 from conftest import light, zoo, zoo_direct
@@ -150,7 +150,7 @@ def test_direct_and_grouped_convolutions_get_packed_weights_or_the_blocked_layou
 def test_packed_weights_are_repacked_constants_in_the_built_module(cpu_devices):
     import tvm
 
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize.cpu import PACKED_WEIGHTS_ATTR
     from tvm_hetero.relax_ir import main_bindings
 
@@ -293,8 +293,8 @@ def test_resnet50s_blocked_convolutions_take_the_blocked_rule(cpu_devices):
     assert {layer.func_name for layer in layers if layer.kind == "conv2d"} == blocked
     # one transform into the layout (the image's 3 channels as one block), one out: form
     # kernels of the layers they serve (no layers: tvm_hetero.prepare.device_forms)
-    from tvm_hetero.classify import classify_bindings
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.classify import classify_bindings
+    from tvm_hetero.layers.layered import layered_module
 
     transforms = [(tuple(int(d) for d in binding.var.ty.shape), info.name)
                   for binding, info in classify_bindings(layered_module(model))
@@ -307,7 +307,7 @@ def test_resnet50s_blocked_convolutions_take_the_blocked_rule(cpu_devices):
 def test_the_blocked_rule_declines_nchw_convolutions(cpu_devices):
     import tvm
 
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize.cpu import BlockedNCHWc
 
     model = th.load_model(_conv1x1_residual(1), name="conv1x1_residual")
@@ -537,7 +537,7 @@ def _padded_convolutions(model, target):
     """``{kernel: (rule, parallel loops)}`` of a model's convolutions that pad their input."""
     import tvm
 
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
 
     found = {}
     for gv, func in layered_module(model).functions_items():
@@ -572,7 +572,7 @@ def test_small_convolutions_pad_their_input_per_parallel_task(cpu_devices):
 def test_a_winograd_kernel_is_one_parallel_loop_with_its_epilogue_inlined(cpu_devices):
     import tvm
 
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize.cpu import Winograd, is_winograd
 
     target = cpu_devices["cpu"].tvm_target()
@@ -596,7 +596,7 @@ def test_a_winograd_kernel_is_one_parallel_loop_with_its_epilogue_inlined(cpu_de
 
 
 def test_a_layout_transform_is_copied_row_by_row_in_parallel(cpu_devices):
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize.cpu import LayoutCopies
 
     target = cpu_devices["cpu"].tvm_target()

@@ -93,7 +93,7 @@ def _census(proto, name, target, check_rules=()):
     """``{kernel: rule}`` of a model's layered module under the table; the kernels scheduled
     by `check_rules` are also run against TVM's default loops."""
     import tvm_hetero as th
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
 
     mod = layered_module(th.load_model(proto, name=name))
     rules = {}

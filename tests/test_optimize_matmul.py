@@ -132,7 +132,7 @@ def test_an_mlps_dense_layers_take_packed_matmul_with_weights_repacked_at_build_
         cpu_devices):
     import tvm
 
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.relax_ir import main_bindings
 
     model = zoo("mlp")  # 256 -> 512 -> 256 -> 10 at batch 8

@@ -34,8 +34,8 @@ def _rms_norm(shape, reciprocal: bool):
 
 
 def _reduction_kernel(proto):
-    from tvm_hetero.classify import kernel_kind
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.classify import kernel_kind
+    from tvm_hetero.layers.layered import layered_module
 
     mod = layered_module(th.load_model(proto))
     found = [(gv.name_hint, func) for gv, func in mod.functions_items()

@@ -7,7 +7,7 @@ from tvm.script import tirx as T
 
 import tvm_hetero as th
 from tvm_hetero import optimize
-from tvm_hetero.classify import LAYER_KINDS
+from tvm_hetero.layers.classify import LAYER_KINDS
 from tvm_hetero.optimize import table
 from tvm_hetero.optimize.cpu.packed_weights import tiled_fits_better
 

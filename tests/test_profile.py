@@ -12,7 +12,7 @@ import pytest
 import tvm_hetero as th
 from tvm_hetero import api
 from tvm_hetero.cli.main import main
-from tvm_hetero.profiling import BETWEEN_ROW, BUILTINS_ROW, UNKNOWN
+from tvm_hetero.build.profile import BETWEEN_ROW, BUILTINS_ROW, UNKNOWN
 
 from conftest import zoo
 
@@ -128,7 +128,7 @@ def test_a_library_without_kernel_records_still_profiles(tmp_path, monkeypatch):
     """Libraries built before hetero_meta() described its kernels: rows say unknown."""
     import importlib
 
-    build_module = importlib.import_module("tvm_hetero.build")
+    build_module = importlib.import_module("tvm_hetero.build.compile")
     add = build_module._add_meta_function
 
     def without_kernels(mod, meta):

@@ -1,8 +1,8 @@
 import pytest
 
 import tvm_hetero as th
-from tvm_hetero.profiles import Profile, TransferFit, profile_model
-from tvm_hetero.status import DeviceStatus, TaskWeights, probe, score
+from tvm_hetero.measure.profiles import Profile, TransferFit, profile_model
+from tvm_hetero.measure.status import DeviceStatus, TaskWeights, probe, score
 
 from conftest import zoo, zoo_direct
 
@@ -72,7 +72,7 @@ def test_kept_statuses_follow_the_memory_caps_given_now(tmp_path):
 
     import psutil
 
-    from tvm_hetero.status import probe_cached
+    from tvm_hetero.measure.status import probe_cached
 
     capped = th.DeviceSet.parse(["cpu", "cpu-generic"], memory={"cpu-generic": "1MiB"})
     path = tmp_path / "status.json"

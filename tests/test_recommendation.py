@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tvm_hetero as th
-from tvm_hetero.memory import fits, memory_use
+from tvm_hetero.build.memory import fits, memory_use
 from tvm_hetero.optimize import rules_for
 from tvm_hetero.search import candidates
 from tvm_hetero.testing import max_relative_error, onnx_reference

@@ -3,10 +3,10 @@ import json
 import pytest
 
 import tvm_hetero as th
-from tvm_hetero.database import Database
+from tvm_hetero.search.records import PlacementRecords
 from tvm_hetero.measure import ErrorKind, MeasureResult
-from tvm_hetero.profiles import Profile, TransferFit
-from tvm_hetero.report import history_by_strategy, layer_rows, write_report
+from tvm_hetero.measure.profiles import Profile, TransferFit
+from tvm_hetero.search.report import history_by_strategy, layer_rows, write_report
 
 from conftest import zoo
 
@@ -17,7 +17,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def records(tmp_path, cpu_devices):
     model = zoo("cnn")
     layers = th.extract_layers(model)
-    db = Database(tmp_path / "r.jsonl", model.fingerprint(), cpu_devices.fingerprint())
+    db = PlacementRecords(tmp_path / "r.jsonl", model.fingerprint(), cpu_devices.fingerprint())
     names = cpu_devices.names
     db.commit(th.Placement.all_on(layers, "cpu"), MeasureResult(ErrorKind.NONE, [2.0]),
               {"strategy": "xgb", "source": "single-device"})
@@ -61,7 +61,7 @@ def test_layer_rows_count_bytes_sent_across(records):
 
 def test_history_per_strategy(records, cpu_devices):
     model, _, _, path = records
-    db = Database(path, model.fingerprint(), cpu_devices.fingerprint())
+    db = PlacementRecords(path, model.fingerprint(), cpu_devices.fingerprint())
     assert history_by_strategy(db) == {"xgb": [2.0, 1.0], "random": [float("inf"), 1.5]}
 
 
@@ -99,7 +99,7 @@ def test_the_report_summary_keeps_long_layer_names_apart_from_their_kind(capsys)
 
 def test_report_needs_only_the_records_when_tune_wrote_their_header(tmp_path, capsys):
     from tvm_hetero.cli.main import main
-    from tvm_hetero.database import header_path
+    from tvm_hetero.search.records import header_path
     from tvm_hetero.search import tune
     from tvm_hetero.testing import FakeBuilder, FakeRunner
 

@@ -7,11 +7,11 @@ import pytest
 import tvm_hetero as th
 from tvm_hetero.search import candidates
 from tvm_hetero.cost_model import Featurizer, XGBCostModel, XGBParams, feature_names
-from tvm_hetero.database import Database
+from tvm_hetero.search.records import PlacementRecords
 from tvm_hetero.measure import ErrorKind, MeasureResult, MeasureTask, Measurer
-from tvm_hetero.profiles import Profile, TransferFit
+from tvm_hetero.measure.profiles import Profile, TransferFit
 from tvm_hetero.search import STRATEGIES, tune
-from tvm_hetero.status import DeviceStatus
+from tvm_hetero.measure.status import DeviceStatus
 from tvm_hetero.testing import FakeBuilder, FakeRunner
 
 from conftest import zoo
@@ -183,7 +183,7 @@ def test_the_winner_is_declared_from_alternating_rounds(tmp_path):
     assert len(again) == 4 and len({line["tags"]["retime"] for line in again}) == 1
     assert result.to_json()["retimed"][0]["rounds_ms"]
     # compile --records and report take the re-timed figures
-    database = Database(records, model.fingerprint(), devices.fingerprint())
+    database = PlacementRecords(records, model.fingerprint(), devices.fingerprint())
     best_placement, best_result = database.best()
     assert best_placement == result.placement and best_result.rounds_ms == [1.1] * 4
     assert database.get(lucky).median_ms == 0.5  # the search's own figure, kept
@@ -230,7 +230,7 @@ def test_memory_caps_are_checked_afresh_when_records_are_reused(tmp_path):
 
     def measurer(devices):
         task = MeasureTask.create(model, devices, str(tmp_path / "w"))
-        database = Database(records, model.fingerprint(), devices.fingerprint())
+        database = PlacementRecords(records, model.fingerprint(), devices.fingerprint())
         builder = FakeBuilder()
         return Measurer(task, builder, FakeRunner(lambda p: 1.0), database), builder
 
@@ -241,7 +241,7 @@ def test_memory_caps_are_checked_afresh_when_records_are_reused(tmp_path):
     third, builder = measurer(capped)
     assert third.measure([on_generic])[0].error == ErrorKind.MEMORY_EXCEEDED
     assert builder.built == []
-    assert Database(records, model.fingerprint(), free.fingerprint()).best(layers, capped) \
+    assert PlacementRecords(records, model.fingerprint(), free.fingerprint()).best(layers, capped) \
         is None
 
 

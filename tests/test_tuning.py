@@ -125,7 +125,7 @@ def test_kernels_are_tuned_per_target(tuned_db):
     path, _ = tuned_db
     db = KernelTuningDatabase(path)
     layered = th.extract_layers(zoo("mlp"))
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
 
     mod = layered_module(zoo("mlp"))
     func = mod[mod.get_global_var(layered[0].func_name)]
@@ -161,14 +161,14 @@ def test_comparisons_against_older_rules_are_not_used(tuned_db, tmp_path, caplog
         choice["rules_version"] = RULES_VERSION - 1
     (copy / CHOICES_FILE).write_text(json.dumps(data))
     db = KernelTuningDatabase(copy)
-    with caplog.at_level("WARNING", logger="tvm_hetero.build"):
+    with caplog.at_level("WARNING", logger="tvm_hetero.build.compile"):
         compiled = th.build(zoo("mlp"), "all:cpu", th.DeviceSet.parse(["cpu"]), tuning_db=db)
     assert TUNED not in compiled.stats.rules.values()
     # said, not silent: the user's tuned kernels are not in this build
     (warning,) = [r.message for r in caplog.records if "another version of the rules" in r.message]
     assert warning.startswith(f"{len(data['kernels'])} kernels of tuning database")
     layers = th.extract_layers(zoo("mlp"))
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
 
     mod = layered_module(zoo("mlp"))
     func = mod[mod.get_global_var(layers[0].func_name)]
@@ -297,7 +297,7 @@ def test_winograd_kernels_keep_their_rule_and_are_not_tuned(tmp_path, monkeypatc
 def test_a_kernel_share_tunes_only_the_heaviest_kernels_heaviest_first(tmp_path, monkeypatch):
     import tvm_ffi
 
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize import RULES_VERSION
     from tvm_hetero.optimize.metaschedule import tuner
 
@@ -343,7 +343,7 @@ def test_a_kernel_share_tunes_only_the_heaviest_kernels_heaviest_first(tmp_path,
 def test_kernels_measured_before_are_compared_again_outside_the_share(tmp_path, monkeypatch):
     import tvm_ffi
 
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize import RULES_VERSION
     from tvm_hetero.optimize.metaschedule import tuner
 
@@ -392,7 +392,7 @@ def test_kernels_with_shapes_known_only_at_run_time_keep_their_rule(tmp_path, ca
     import onnx
 
     from tvm_hetero.cli.main import main
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize.kernel import kernel_for, time_kernel
     from tvm_hetero.testing import onnx_node_case
 
@@ -417,7 +417,7 @@ def test_kernels_with_shapes_known_only_at_run_time_keep_their_rule(tmp_path, ca
 
 
 def test_kernels_of_a_tune_stopped_before_measuring_them_are_tuned_again(tmp_path, monkeypatch):
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize import RULES_VERSION
     from tvm_hetero.optimize.metaschedule import tuner
     from tvm_hetero.optimize.metaschedule.records import workload
@@ -449,7 +449,7 @@ def test_the_pooled_builder_keeps_its_workers_across_batches():
     import tvm
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize.metaschedule.builder_pool import PooledBuilder
 
     mod = layered_module(zoo("mlp"))
@@ -490,7 +490,7 @@ def _embedding_model():
 
 def test_kernels_written_scheduled_are_not_tuned_and_unsearchable_ones_keep_their_rule(
         tmp_path, monkeypatch):
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize.metaschedule import tuner
 
     model = _embedding_model()
@@ -532,7 +532,7 @@ def test_comparisons_are_kept_per_table_and_a_build_takes_only_its_table_s(tmp_p
     """Two tables compared in one process (one database) never mix: each table's
     comparisons are kept beside the other's, and a build under a table takes only its own."""
     from tvm_hetero import optimize
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize import RULES_VERSION
     from tvm_hetero.optimize.metaschedule import tuner
 

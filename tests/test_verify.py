@@ -18,12 +18,12 @@ from onnx import TensorProto, helper, numpy_helper
 import tvm_hetero as th
 from tvm_hetero import api
 from tvm_hetero.cli.main import main
-from tvm_hetero.database import header_path
+from tvm_hetero.search.records import header_path
 from tvm_hetero.devices import GENERIC_X86_MCPU
 from tvm_hetero.measure import ErrorKind, LocalBuilder, LocalRunner, MeasureTask, Measurer, worker
 from tvm_hetero.optimize import Rule, register_rule, reset_table, rules_for
 from tvm_hetero.search import tune
-from tvm_hetero.verify import DEFAULT_LOOPS, ONNXRUNTIME, reference_outputs
+from tvm_hetero.measure.reference import DEFAULT_LOOPS, ONNXRUNTIME, reference_outputs
 
 WEIGHT = np.random.default_rng(1).standard_normal((1, 10, 1, 1)).astype("float32")
 
@@ -164,7 +164,7 @@ def test_a_model_onnxruntime_refuses_falls_back_to_the_no_rules_build(devices, m
     monkeypatch.setattr(onnxruntime, "InferenceSession", refuse)
     model = th.load_model(reduce_model())
     inputs = model.random_inputs(0)
-    with caplog.at_level(logging.WARNING, logger="tvm_hetero.verify"):
+    with caplog.at_level(logging.WARNING, logger="tvm_hetero.measure.reference"):
         reference = reference_outputs(model, devices, inputs)
     assert reference.kind == DEFAULT_LOOPS
     assert reference.detail.startswith("onnxruntime refused the model: ")
@@ -287,7 +287,7 @@ def test_the_reference_is_the_graph_as_written():
     # onnxruntime without them and our build agree
     from tvm_hetero.testing import onnx_reference
     from tvm_hetero.testing.fuzz.outcomes import onnxruntime_outputs
-    from tvm_hetero.verify import reference_outputs
+    from tvm_hetero.measure.reference import reference_outputs
 
     rng = np.random.default_rng(0)
     weight = rng.standard_normal(20).astype("float32")

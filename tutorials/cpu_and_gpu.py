@@ -35,7 +35,7 @@ import tempfile
 import onnx
 
 import tvm_hetero as th
-from tvm_hetero.memory import format_bytes, memory_use
+from tvm_hetero.build.memory import format_bytes, memory_use
 from tvm_hetero.testing import max_relative_error, onnx_reference
 from tvm_hetero.testing.recommendation import recommendation_model
 

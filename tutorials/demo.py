@@ -19,11 +19,11 @@ import sys
 import numpy as np
 
 import tvm_hetero as th
+from tvm_hetero.build.memory import format_bytes
 from tvm_hetero.cli.report_cmd import print_summary
-from tvm_hetero.layer_table import layers_table
-from tvm_hetero.memory import format_bytes
+from tvm_hetero.frontend.zoo import DEFAULT_MODEL
+from tvm_hetero.layers.table import layers_table
 from tvm_hetero.testing import max_relative_error, onnx_reference
-from tvm_hetero.zoo import DEFAULT_MODEL
 
 
 def main(out_dir: str, model_name: str, trials: int, cap: str) -> None:

@@ -15,36 +15,31 @@ The public API::
 set where kernels first run (see :func:`tvm_hetero.devices.use_every_cpu_thread`).
 """
 
-from .annotate import AnnotateDevice
-from .build import build
-from .database import Database
+from .build import (AnnotateDevice, CompiledModel, KernelProfile, LatencySummary, ProfileRow,
+                    build, load, memory_use, over_cap, time_function)
 from .devices import Device, DeviceSet, parse_device, parse_size
 from .errors import (BuildError, DeviceError, HeteroError, InputError, ModelError,
                      PlacementError, VerificationError)
-from .frontend import InputSpec, Model, load_model
+from .frontend import ZOO, InputSpec, Model, load_model, zoo_model
 from .layers import Layer, extract_layers
 from .measure import (ErrorKind, LocalBuilder, LocalRunner, MeasureResult, MeasureTask,
                       Measurer)
-from .memory import memory_use, over_cap
+from .measure.profiles import Profile, profile_model
+from .measure.status import DeviceStatus, TaskWeights, probe
 from .optimize.metaschedule import KernelTuningDatabase, TuningSummary, tune_kernels
 from .placement import Placement
 from .prepare import PrepareConfig, prepare
-from .profiles import Profile, profile_model
-from .profiling import KernelProfile, ProfileRow
-from .report import write_report
-from .runtime import CompiledModel, LatencySummary, load, time_function
-from .search import STRATEGIES, TuneResult, candidates, tune
-from .status import DeviceStatus, TaskWeights, probe
-from .zoo import ZOO, zoo_model
+from .search import STRATEGIES, PlacementRecords, TuneResult, candidates, tune, write_report
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AnnotateDevice", "BuildError", "CompiledModel", "Database", "Device", "DeviceError",
+    "AnnotateDevice", "BuildError", "CompiledModel", "Device", "DeviceError",
     "DeviceSet", "DeviceStatus", "ErrorKind", "HeteroError", "InputError", "InputSpec",
     "KernelProfile", "KernelTuningDatabase", "LatencySummary", "Layer", "LocalBuilder",
     "LocalRunner", "MeasureResult", "MeasureTask", "Measurer", "Model", "ModelError",
-    "Placement", "PlacementError", "PrepareConfig", "Profile", "ProfileRow", "TaskWeights",
+    "Placement", "PlacementError", "PlacementRecords", "PrepareConfig", "Profile", "ProfileRow",
+    "TaskWeights",
     "TuningSummary", "ZOO",
     "build", "candidates",
     "extract_layers", "load", "load_model", "memory_use", "over_cap", "parse_device", "parse_size",

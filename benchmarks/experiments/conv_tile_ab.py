@@ -25,9 +25,9 @@ from collections import Counter
 import tvm
 
 import tvm_hetero as th
-from tvm_hetero.classify import kernel_kind
 from tvm_hetero.devices import host_num_cores
-from tvm_hetero.layered import layered_module
+from tvm_hetero.layers.classify import kernel_kind
+from tvm_hetero.layers.layered import layered_module
 from tvm_hetero.optimize.cpu import base, blocked_nchwc, winograd
 from tvm_hetero.optimize.kernel import kernel_for, time_kernel
 from tvm_hetero.prepare import PrepareConfig

@@ -14,8 +14,8 @@ import numpy as np
 
 import tvm_hetero as th
 from tvm_hetero.cost_model import Featurizer, XGBCostModel, XGBParams
-from tvm_hetero.database import Database
-from tvm_hetero.profiles import profile_model
+from tvm_hetero.measure.profiles import profile_model
+from tvm_hetero.search.records import PlacementRecords
 
 
 def kendall_tau(a: np.ndarray, b: np.ndarray) -> float:
@@ -41,7 +41,7 @@ def main() -> None:
     devices = th.DeviceSet.parse(["cpu", "cpu-generic"], memory=caps)
     model = th.load_model(args.model)
     layers = th.extract_layers(model)
-    db = Database(args.records, model.fingerprint(), devices.fingerprint())
+    db = PlacementRecords(args.records, model.fingerprint(), devices.fingerprint())
     pairs = [(p, r.median_ms) for p, r in db.records() if r.ok]
     featurize = Featurizer(layers, devices.names, profile_model(model, layers, devices))
     features = featurize([p for p, _ in pairs])

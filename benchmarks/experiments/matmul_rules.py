@@ -16,10 +16,10 @@ import math
 import numpy as np
 
 from tvm_hetero.devices import DeviceSet, host_num_cores
+from tvm_hetero.measure.profiles import measure_transfer
 from tvm_hetero.optimize.cpu import PackedMatmul, SplitKGemv, Tiled
 from tvm_hetero.optimize.cpu.packed_matmul import matmul_tile
 from tvm_hetero.optimize.kernel import time_kernel
-from tvm_hetero.profiles import measure_transfer
 from tvm_hetero.target import cpu_traits
 
 # (name, M, K, N, epilogue): the suite's matmul kernels (model_suite's per-kernel table)

@@ -17,7 +17,7 @@ from typing import Callable
 def time_ms(func: Callable[[], object], sync: Callable[[], None], repeat: int,
             min_repeat_ms: float) -> float:
     """Median ms of one call over `repeat` measurements of at least `min_repeat_ms` each."""
-    # tvm_hetero.runtime.time_function's loop: tvm_hetero does not import where TVM's compiler
+    # tvm_hetero.build.runtime.time_function's loop: tvm_hetero does not import where TVM's compiler
     # is absent (the GPU machine), so the anchor keeps its own
     for _ in range(2):
         func()

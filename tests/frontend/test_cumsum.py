@@ -143,7 +143,7 @@ def test_roberta_position_ids_run_across_two_devices(seed):
 
 def test_no_kernel_of_a_cumsum_model_keeps_tvms_default_loops():
     # the CPU census: every kernel of the layered module scheduled by a rule of the table
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
     from tvm_hetero.optimize.pass_ import optimize_function
 
     target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})

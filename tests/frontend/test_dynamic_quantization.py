@@ -257,7 +257,7 @@ def _quantized(name, weight_type, tmp_path):
     from onnx import helper
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from tvm_hetero import zoo
+    from tvm_hetero.frontend import zoo
 
     source, target = tmp_path / f"{name}.onnx", tmp_path / f"{name}.quant.onnx"
     onnx.save(zoo.ZOO[name](), source)

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_hetero as th
 from tvm_hetero.cli.main import main
-from tvm_hetero.frontend import static_shape_hint
+from tvm_hetero.frontend.load import static_shape_hint
 from tvm_hetero.frontend.onnx import shape_folding
 from tvm_hetero.testing import onnx_reference
 

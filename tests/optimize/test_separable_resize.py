@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_hetero as th
-from tvm_hetero.build import BuildStats
+from tvm_hetero.build.compile import BuildStats
 from tvm_hetero.ops.resize import linear_tables
 from tvm_hetero.testing import max_relative_error, onnx_reference
 
@@ -86,7 +86,7 @@ def test_the_columns_pass_runs_per_map_inside_the_parallel_tasks():
     from tvm_hetero.devices import DeviceSet
     from tvm_hetero.optimize.cpu.separable_resize import SeparableResize
     from tvm_hetero.prepare.config import PrepareConfig
-    from tvm_hetero.layered import layered_module
+    from tvm_hetero.layers.layered import layered_module
 
     model = th.load_model(_resize_model([1, 8, 4, 4], [1, 8, 32, 32], "half_pixel"))
     devices = DeviceSet.parse(["cpu"])

@@ -12,7 +12,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import tvm_hetero as th
-from tvm_hetero.build import BuildStats
+from tvm_hetero.build.compile import BuildStats
 from tvm_hetero.prepare.flatten_matmul_rows import FlattenMatmulRows
 from tvm_hetero.testing import max_relative_error, onnx_reference
 

@@ -16,8 +16,8 @@ The commands live by what they do: ``inspection`` (inspect, devices, optimizatio
 handling they share. Use them from here: ``tvm_hetero.api`` is the interface.
 """
 
-from ..memory import format_bytes
-from ..profiling import STATISTICS as PROFILE_STATISTICS
+from ..build.memory import format_bytes
+from ..build.profile import STATISTICS as PROFILE_STATISTICS
 from ..search import DEFAULT_THRESHOLD, STRATEGIES
 from .common import device_set
 from .inspection import (ModelLayers, device_status, inspect_model, optimization_rules,

@@ -8,8 +8,8 @@ from typing import Any, Sequence
 
 from ..devices import DeviceSet
 from ..errors import HeteroError
-from ..frontend import Model, load_model
-from ..layers import Layer, extract_layers
+from ..frontend.load import Model, load_model
+from ..layers.extract import Layer, extract_layers
 from ..prepare import PrepareConfig
 
 

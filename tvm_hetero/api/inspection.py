@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..devices import DeviceSet
-from ..frontend import Model
-from ..layer_table import layers_table
-from ..layers import Layer
+from ..frontend.load import Model
+from ..layers.table import layers_table
+from ..layers.extract import Layer
 from .common import as_model, device_set, layers_for
 
 
@@ -85,7 +85,7 @@ def device_status(devices: DeviceSet | Sequence[str], *, model: Any = None,
     tuple of (DeviceSet, TaskWeights, list of DeviceStatus)
         The devices, the weights, one status per device.
     """
-    from ..status import TaskWeights, probe
+    from ..measure.status import TaskWeights, probe
 
     devices = device_set(devices, memory)
     weights = TaskWeights.equal()

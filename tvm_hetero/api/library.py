@@ -12,12 +12,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .._native import quiet_native_stderr
-from ..database import best_placement
+from ..search.records import best_placement
 from ..devices import DeviceSet
 from ..errors import HeteroError, InputError, PlacementError, error_message
-from ..frontend import Model
-from ..layers import Layer
-from ..memory import describe_over_cap, over_cap
+from ..frontend.load import Model
+from ..layers.extract import Layer
+from ..build.memory import describe_over_cap, over_cap
 from ..placement import Placement
 from .common import as_model, device_set, layers_for, writable
 
@@ -119,9 +119,10 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
         Load the library written, run it on random inputs (from `seed`) and check its outputs
         against an independent reference: onnxruntime for an ONNX model (where installed and
         it accepts the model), else the model built without the optimization rules on the
-        first device (see :mod:`tvm_hetero.verify`). A library that disagrees is removed and
-        a :class:`~tvm_hetero.errors.VerificationError` raised, naming the kernel and rule at
-        fault (found by rebuilding with rules switched off kernel by kernel). Default False.
+        first device (see :mod:`tvm_hetero.measure.reference`). A library that disagrees is
+        removed and a :class:`~tvm_hetero.errors.VerificationError` raised, naming the kernel
+        and rule at fault (found by rebuilding with rules switched off kernel by kernel).
+        Default False.
     seed : int
         Seed of the verification's random inputs (default 0).
     rules : RuleTable, optional
@@ -140,7 +141,7 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
     VerificationError
         With `verify`: the library's outputs disagree with the reference.
     """
-    from ..build import build
+    from ..build.compile import build
 
     if (placement is None) == (records is None):
         raise PlacementError("give a placement or a records file (one of them)")
@@ -158,7 +159,7 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
     if exceeded:
         raise PlacementError(f"placement exceeds memory caps: {describe_over_cap(exceeded)}")
     if verify:  # it runs the library: before a build it could not check
-        from ..annotate import used_devices
+        from ..build.annotate import used_devices
 
         used_devices(placement, devices).check_runtime()
     tuning_summary, tuning = _tune_kernels(loaded, placement, devices, tune_trials, tuning_db,
@@ -177,11 +178,11 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
 
 
 def _verify_library(output, model, placement, devices, compiled, tuning, seed, rules):
-    """The library written, loaded back and verified (:func:`~tvm_hetero.verify.verify_build`);
-    removed when it disagrees."""
+    """The library written, loaded back and verified
+    (:func:`~tvm_hetero.measure.reference.verify_build`); removed when it disagrees."""
     from ..errors import VerificationError
-    from ..runtime import load
-    from ..verify import verify_build
+    from ..build.runtime import load
+    from ..measure.reference import verify_build
 
     # loaded from a copy under a fresh path: a process that loaded a library of the same path
     # before would be handed that one again (the dynamic loader matches libraries by path)
@@ -326,7 +327,7 @@ def run_library(library: str, devices: DeviceSet | Sequence[str] | None = None, 
         A library, device or inputs file that does not fit, an invalid count, or
         `profile_top` or another statistic without `profile`.
     """
-    from ..runtime import load
+    from ..build.runtime import load
 
     if repeat < 1 or warmup < 0:
         raise InputError("--repeat must be >= 1 and --warmup >= 0")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
-from ..database import header_path, read_header
+from ..search.records import header_path, read_header
 from ..devices import DeviceSet
 from ..errors import HeteroError
-from ..frontend import load_model
+from ..frontend.load import load_model
 from ..search import DEFAULT_THRESHOLD
 from .common import as_model, device_set, layers_for, writable
 
@@ -85,8 +85,8 @@ def tune_placement(model: Any, devices: DeviceSet | Sequence[str], records: str,
     result.placement.save(output, devices)
     summary = {**result.to_json(), "devices": devices.names, "output": output}
     if report_dir:
-        from ..profiles import Profile
-        from ..report import write_report
+        from ..measure.profiles import Profile
+        from ..search.report import write_report
 
         profile = Profile.load(os.path.join(workdir, "profile.json"), loaded.fingerprint(),
                                devices.fingerprint())
@@ -126,8 +126,8 @@ def report_records(records: str, output_dir: str | None = None, *, model: Any = 
     dict
         The summary of :func:`~tvm_hetero.write_report` (files written, best placement, ...).
     """
-    from ..profiles import Profile, profile_model
-    from ..report import write_report
+    from ..measure.profiles import Profile, profile_model
+    from ..search.report import write_report
 
     if not os.path.isfile(records):
         raise HeteroError(f"records file not found: {records}")

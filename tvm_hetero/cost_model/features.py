@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..classify import LAYER_KINDS
-from ..memory import memory_use
+from ..build.memory import memory_use
+from ..layers.classify import LAYER_KINDS
 from ..placement import Placement
 
 FEATURE_VERSION = 1

@@ -266,10 +266,10 @@ def _measure_remote(lib_path, host, port, key, priority, session_timeout_s, inpu
     import tvm
     from tvm import relax
 
-    from ..annotate import WEIGHTS_FUNC
-    from ..frontend import InputSpec
-    from ..runtime import META_FORMAT, META_FUNC, match_inputs
-    from ..verify import outputs_match
+    from ..build.annotate import WEIGHTS_FUNC
+    from ..build.runtime import META_FORMAT, META_FUNC, match_inputs
+    from ..frontend.load import InputSpec
+    from .reference import outputs_match
 
     with np.load(inputs_file, allow_pickle=False) as data:
         inputs = {name: data[name] for name in data.files}

@@ -1,6 +1,7 @@
 """A measurement task: one model on one device set, with the fixed seeded inputs and the
 reference outputs that every candidate is verified against: independent of the code under test
-(onnxruntime, or the model built without the optimization rules; see :mod:`tvm_hetero.verify`)."""
+(onnxruntime, or the model built without the optimization rules; see
+:mod:`tvm_hetero.measure.reference`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from ..devices import DeviceSet
-from ..frontend import Model, load_model
-from ..layers import Layer, extract_layers
+from ..frontend.load import Model, load_model
+from ..layers.extract import Layer, extract_layers
 from ..prepare import PrepareConfig
 
 logger = logging.getLogger(__name__)
@@ -53,8 +54,8 @@ class MeasureTask:
     def create(cls, model: Any, devices: DeviceSet, workdir: str, seed: int = 0,
                reference: list[np.ndarray] | None = None) -> "MeasureTask":
         """Write the model, inputs and reference outputs under `workdir`; the reference is
-        computed (:func:`tvm_hetero.verify.reference_outputs`) unless given."""
-        from ..verify import reference_outputs
+        computed (:func:`tvm_hetero.measure.reference.reference_outputs`) unless given."""
+        from .reference import reference_outputs
 
         model = load_model(model)
         os.makedirs(workdir, exist_ok=True)

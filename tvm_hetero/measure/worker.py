@@ -25,7 +25,7 @@ def _quiet_worker_logs() -> None:
 
 def _model(model_file: str, input_shapes: dict[str, tuple[int, ...]]):
     if model_file not in _MODELS:
-        from ..frontend import load_model
+        from ..frontend.load import load_model
 
         if model_file.endswith(".json"):
             import tvm
@@ -41,7 +41,7 @@ def _model(model_file: str, input_shapes: dict[str, tuple[int, ...]]):
 def build_candidate(model_file: str, input_shapes: dict, devices_json: list,
                     placement: dict[str, str], out_path: str) -> float:
     """Build one placement and export it to `out_path`; returns the build seconds."""
-    from ..build import KernelCache, build
+    from ..build.compile import KernelCache, build
     from ..devices import DeviceSet
     from ..placement import Placement
 
@@ -64,9 +64,9 @@ def run_candidate(lib_path: str, devices_json: list, inputs_file: str, reference
 
     When the checking call alone took longer than `slow_ms`, the candidate is timed by one
     more call instead of `warmup` + `repeat` measurements (``"screened": True``)."""
+    from ..build.runtime import load
     from ..devices import DeviceSet
-    from ..runtime import load
-    from ..verify import outputs_match
+    from .reference import outputs_match
 
     _quiet_worker_logs()
     compiled = load(lib_path, DeviceSet.from_json(devices_json))
@@ -95,9 +95,9 @@ def retime_candidates(lib_paths: list[str], devices_json: list, inputs_file: str
     """Load several built libraries into this one process, check each against the reference,
     then time them alternately: each round times every candidate once (one measurement of at
     least `min_repeat_ms`), so that a slow spell of the machine falls on all of them."""
+    from ..build.runtime import load
     from ..devices import DeviceSet
-    from ..runtime import load
-    from ..verify import outputs_match
+    from .reference import outputs_match
 
     _quiet_worker_logs()
     devices = DeviceSet.from_json(devices_json)

@@ -21,8 +21,8 @@ import logging
 import os
 from typing import Collection
 
-from ..classify import kernel_kind
 from ..errors import BuildError, error_message
+from ..layers.classify import kernel_kind
 from ..relax_ir import OP_KINDS_ATTR
 from .choices import Choices
 from .choices import active as active_choices

@@ -6,7 +6,7 @@ other argument through a packing kernel on the same device)."""
 
 from __future__ import annotations
 
-from ..annotate import WEIGHTS_FUNC
+from ..build.annotate import WEIGHTS_FUNC
 from ..relax_ir import main_bindings, substitute_vars
 from .cpu import PACKED_WEIGHTS_ATTR, ParallelLoops
 

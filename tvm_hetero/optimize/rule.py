@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..classify import LAYER_KINDS
+from ..layers.classify import LAYER_KINDS
 
 # Device families: each has its own column of the table.
 FAMILIES = ("cpu", "cuda", "other")

@@ -19,7 +19,7 @@ import functools
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 
-from ..classify import LAYER_KINDS
+from ..layers.classify import LAYER_KINDS
 from .cpu import (BlockedNCHWc, ConcatCopies, LayoutCopies, PackedMatmul, PackedWeights,
                   ParallelLoops, PixelLanes1x1, PoolingRows, ReductionChains, SplitKGemv, Tiled,
                   Winograd)

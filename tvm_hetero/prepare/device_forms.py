@@ -18,8 +18,8 @@ How (see also docs/design.md, "Per-device layer forms"):
   :func:`insert_boundaries`) goes where a CPU operator's output enters such a layer, so that
   the blocked layout stops there; the boundaries are removed before lowering;
 - the layout transforms the CPU forms add are *form kernels* (:mod:`.form_kernels`), not
-  layers: :func:`tvm_hetero.classify.classify_bindings` leaves them out of the layer names and
-  places each with the layer it serves, the blocked side of the boundary. So a layer's name
+  layers: :func:`tvm_hetero.layers.classify.classify_bindings` leaves them out of the layer names
+  and places each with the layer it serves, the blocked side of the boundary. So a layer's name
   does not depend on the forms of the layers around it.
 """
 
@@ -30,7 +30,7 @@ import logging
 import tvm
 from tvm import relax
 
-from ..classify import classify_bindings
+from ..layers.classify import classify_bindings
 from ..relax_ir import main_bindings, substitute_vars
 from .config import PrepareConfig
 from .form_kernels import (find_layer_pieces, find_layer_slices, has_layout_transforms,
@@ -243,7 +243,7 @@ def _reads_a_form_kernel(mod) -> bool:
     """Whether a kernel of a lowered module without an anchor op (elementwise or other)
     reads a form kernel's output, or a form kernel slices a map (:func:`.slices_a_map`): a
     model layer the CPU forms may have cut in two or taken for theirs."""
-    from ..classify import kernel_kind
+    from ..layers.classify import kernel_kind
 
     forms = set()
     for binding, info in classify_bindings(mod):

@@ -1,6 +1,6 @@
 """Form kernels: the layout transforms that the CPU forms of preparation add
 (:mod:`.device_forms`), marked so that they are no layer of their own
-(:func:`tvm_hetero.classify.classify_bindings` places each with the layer it serves)."""
+(:func:`tvm_hetero.layers.classify.classify_bindings` places each with the layer it serves)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _call_roles(mod, groups: list[set[str]], layer_of_tag: dict[str, int]) -> li
     of the argument through which it reads (past form kernels) the rest of its layer, -1 where
     it reads none (the layer's first kernel). Empty when `groups` does not match the calls.
     See :func:`find_layer_pieces`."""
-    from ..classify import classify_bindings
+    from ..layers.classify import classify_bindings
 
     classified = classify_bindings(mod)
     calls = [(b, info) for b, info in classified if info is not None]
@@ -119,14 +119,15 @@ def split_shared_pieces(mod, groups: list[set[str]], layer_of_tag: dict[str, int
 
 
 def find_layer_slices(mod, groups: list[set[str]], layer_of_tag: dict[str, int]) -> list:
-    """The calls of a lowered CPU form `mod` that :func:`~tvm_hetero.classify.classify_bindings`
-    takes for the slices the CPU forms add (a ``strided_slice`` after a form kernel) but that
+    """The calls of a lowered CPU form `mod` that
+    :func:`~tvm_hetero.layers.classify.classify_bindings` takes for the slices the CPU forms add
+    (a ``strided_slice`` after a form kernel) but that
     cut a map (:func:`slices_a_map`) and are the only kernel of a model layer: the model's own
     slices of a map that several layers read (DeepLabV3's bands of an atrous convolution's
     input, which DropPaddingTaps cuts), read through the transform out of the blocked layout.
     Their tags (`groups`, program order) are in a model layer (`layer_of_tag`) that no layer of
     `mod` holds."""
-    from ..classify import classify_bindings
+    from ..layers.classify import classify_bindings
 
     calls = [(b, info) for b, info in classify_bindings(mod) if info is not None]
     if len(calls) != len(groups):

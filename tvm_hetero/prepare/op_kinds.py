@@ -6,15 +6,15 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..classify import op_name
+from ..layers.classify import op_name
 from ..relax_ir import OP_KINDS_ATTR
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
 
 def called_op_names(func) -> list[str]:
-    """The op names (:func:`tvm_hetero.classify.op_name`) of the ``call_tir`` calls of a Relax
-    function, in order."""
+    """The op names (:func:`tvm_hetero.layers.classify.op_name`) of the ``call_tir`` calls of a
+    Relax function, in order."""
     names: list[str] = []
 
     @relax.expr_functor.visitor

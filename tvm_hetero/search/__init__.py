@@ -5,7 +5,11 @@
 - ``strategy.py``: the search strategies, one class each behind :func:`create`;
 - ``tune.py``: the loop (:func:`tune`): the strategy proposes, the measurer builds, verifies
   and times, every result goes to the records; then the finalists are re-timed alternately
-  and the winner declared.
+  and the winner declared;
+- ``state.py``: what the search knows so far (:class:`SearchState`, :class:`TuneResult`);
+- ``records.py``: the placement records (:class:`PlacementRecords`), an append-only JSON-lines
+  file, resumable;
+- ``report.py``: the report of a search read from its records (:func:`write_report`).
 
 ``tune`` measures seed candidates first (the min-cut for two devices and the DP on the
 profile, its best guesses, then every device alone and the greedy placement on the fewest
@@ -30,9 +34,12 @@ placement that puts every layer on one device, whichever generator proposed it.
 """
 
 from . import candidates
+from .records import PlacementRecords, best_placement
+from .report import write_report
 from .strategy import DEFAULT_THRESHOLD, STRATEGIES, SearchStrategy, create
 from .state import SearchState, Trial, TuneResult
 from .tune import tune
 
-__all__ = ["DEFAULT_THRESHOLD", "STRATEGIES", "SearchState", "SearchStrategy", "Trial",
-           "TuneResult", "candidates", "create", "tune"]
+__all__ = ["DEFAULT_THRESHOLD", "PlacementRecords", "STRATEGIES", "SearchState",
+           "SearchStrategy", "Trial", "TuneResult", "best_placement", "candidates", "create",
+           "tune", "write_report"]

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..build.memory import fits, memory_use
 from ..devices import DeviceSet
 from ..errors import HeteroError, PlacementError
-from ..layers import distinct_param_bytes, distinct_params
-from ..memory import fits, memory_use
+from ..layers.extract import distinct_param_bytes, distinct_params
+from ..measure.profiles import Profile
+from ..measure.status import DeviceStatus, TaskWeights
 from ..placement import Placement
-from ..profiles import Profile
-from ..status import DeviceStatus, TaskWeights
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def greedy(layers, devices: DeviceSet, statuses: list[DeviceStatus], weights: Ta
 def devices_needed(layers, devices: DeviceSet, statuses: list[DeviceStatus]) -> int:
     """The fewest devices, taken by score (best first), whose capacities together hold the
     model: its parameter bytes plus its largest layer's activations (a lower bound, the way
-    :func:`~tvm_hetero.memory.memory_use` counts one device). A device's capacity is its cap,
+    :func:`~tvm_hetero.build.memory.memory_use` counts one device). A device's capacity is its cap,
     else its memory. All the devices when even they do not hold it."""
     by_name = {s.name: s for s in statuses}
     need = distinct_param_bytes(layers) + max(

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import PlacementError
 from ..measure import MeasureResult, MeasureTask, Measurer
 from ..placement import Placement
-from ..status import TaskWeights, probe_cached
+from ..measure.status import TaskWeights, probe_cached
 from . import candidates as gen
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class TuneResult:
         The finalists re-timed alternately: placement, the search's figure, the re-timed one.
     reference : str
         What every candidate's outputs were checked against (``onnxruntime``, ``TVM's default
-        loops on cpu``; see :mod:`tvm_hetero.verify`).
+        loops on cpu``; see :mod:`tvm_hetero.measure.reference`).
     wrong_output_devices : dict of str to int
         Devices every candidate using which (that ran) computed wrong outputs, with how many
         did: code built for that device (a rule, most likely) computes wrong answers.

@@ -14,13 +14,13 @@ from typing import Any, Callable
 import numpy as np
 
 from ..cost_model import XGBParams
-from ..database import RETIME_SOURCE, Database, write_header
+from .records import RETIME_SOURCE, PlacementRecords, write_header
 from ..devices import DeviceSet
 from ..errors import HeteroError
-from ..frontend import load_model
+from ..frontend.load import load_model
 from ..measure import (ErrorKind, LocalBuilder, LocalRunner, MeasureTask,
                        Measurer)
-from ..profiles import profile_model
+from ..measure.profiles import profile_model
 from .state import SearchState, Trial, TuneResult
 from .strategy import DEFAULT_THRESHOLD, create
 
@@ -100,7 +100,7 @@ def tune(model: Any, devices: DeviceSet | list[str], *, trials: int = 64,
     os.makedirs(workdir, exist_ok=True)
     records = records or os.path.join(workdir, "records.jsonl")
     task = MeasureTask.create(model, devices, workdir, seed=seed)
-    database = Database(records, model.fingerprint(), devices.fingerprint())
+    database = PlacementRecords(records, model.fingerprint(), devices.fingerprint())
     # `report RECORDS` needs nothing more
     write_header(records, model, devices, task.reference_source, task.reference_detail)
     measurer = Measurer(task, builder or LocalBuilder(), runner or LocalRunner(), database)
@@ -155,8 +155,8 @@ def _finalists(trials: list[Trial], count: int) -> list[Trial]:
     return chosen
 
 
-def _retime_finalists(search: SearchState, measurer: Measurer, database: Database, count: int,
-                      rounds: int, extra: dict[str, Any]) -> list:
+def _retime_finalists(search: SearchState, measurer: Measurer, database: PlacementRecords,
+                      count: int, rounds: int, extra: dict[str, Any]) -> list:
     """Re-time the finalists alternately in one process, unless their records already hold
     one such re-timing of them all (a resumed search measures nothing twice)."""
     finalists = _finalists(search.trials, count) if count else []

@@ -133,7 +133,7 @@ def nvcc_resources(source: str, arch: str = "sm_90") -> dict[str, dict[str, int]
 def census(model, arch: str = "sm_90", with_nvcc: bool = True) -> tuple[list[KernelRow], float]:
     """Every CUDA kernel of `model` built all on ``cuda@ARCH``: a row per kernel, and the
     build's seconds."""
-    from tvm_hetero.classify import kernel_kind
+    from tvm_hetero.layers.classify import kernel_kind
 
     start = time.perf_counter()
     compiled, kernels = built_cuda_kernels(model, arch)

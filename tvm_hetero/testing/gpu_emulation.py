@@ -474,7 +474,7 @@ def _reference(original_func, seed: int) -> tuple[list[np.ndarray], list[np.ndar
 
 def buffer_errors(original_func, scheduled_func, seed: int = 0) -> dict[str, float]:
     """Per buffer parameter, the relative error (max |got - want| / max |want|, as
-    :func:`tvm_hetero.verify.relative_errors`) of the emulated schedule against the
+    :func:`tvm_hetero.measure.reference.relative_errors`) of the emulated schedule against the
     unscheduled kernel after one run on the same seeded random arguments; NaN and infinities
     where both have them count as equal. Inputs are compared too: a kernel must not write
     them.
@@ -486,7 +486,7 @@ def buffer_errors(original_func, scheduled_func, seed: int = 0) -> dict[str, flo
     CannotEmulate
         As :func:`emulate_on_cpu`.
     """
-    from ..verify import relative_errors
+    from ..measure.reference import relative_errors
 
     uneven = {tag: sorted(map(str, ext)) for kernel in thread_extents(scheduled_func)
               for tag, ext in kernel.items() if len(ext) > 1}
@@ -533,8 +533,8 @@ def check_gpu_schedule(original_func, scheduled_func, *, seed: int = 0,
         Seed of the random arguments.
     rtol : float, optional
         Allowed relative error (max |got - want| / max |want| per buffer); by default the
-        output dtype's (:func:`tvm_hetero.verify.tolerance_for`: 1e-4 for float32, exact for
-        integers and booleans).
+        output dtype's (:func:`tvm_hetero.measure.reference.tolerance_for`: 1e-4 for float32,
+        exact for integers and booleans).
 
     Returns
     -------
@@ -549,7 +549,7 @@ def check_gpu_schedule(original_func, scheduled_func, *, seed: int = 0,
     CannotEmulate
         Where the schedule uses something :func:`emulate_on_cpu` cannot emulate.
     """
-    from ..verify import tolerance_for
+    from ..measure.reference import tolerance_for
 
     errors = buffer_errors(original_func, scheduled_func, seed)
     dtypes = {p.name: str(p.ty.dtype) for p in scheduled_func.params}

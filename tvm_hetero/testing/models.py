@@ -64,7 +64,7 @@ def light_model(name: str, seed: int = 0):
 
 def onnx_reference(onnx_model, inputs: dict[str, np.ndarray], model=None) -> list[np.ndarray]:
     """Outputs of onnxruntime (CPU) for the same inputs (keys: Relax or ONNX input names)."""
-    from ..verify import reference_session
+    from ..measure.reference import reference_session
 
     if model is not None:
         inputs = {spec.source_name or spec.name: inputs[spec.name] for spec in model.inputs}
@@ -162,7 +162,7 @@ def random_placement(layers, device_names: list[str], rng: np.random.Generator) 
 def max_relative_error(got: list[np.ndarray], want: list[Any]) -> float:
     """max |got - want| / max |want| over all outputs; infinite for NaN, a shape or a dtype
     mismatch (the runner's verification measure)."""
-    from ..verify import relative_errors
+    from ..measure.reference import relative_errors
 
     errors = relative_errors([np.asarray(a) for a in got], [np.asarray(b) for b in want])
     return max(errors, default=0.0)

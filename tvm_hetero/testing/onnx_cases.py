@@ -123,7 +123,7 @@ def run_plain_tvm(case_dir: str, model_proto, inputs: dict):
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from tvm_hetero.runtime import to_numpy
+    from tvm_hetero.build.runtime import to_numpy
 
     with _stage("import"):
         mod = from_onnx(model_proto, shape_dict={k: list(v.shape) for k, v in inputs.items()},

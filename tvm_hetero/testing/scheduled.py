@@ -54,10 +54,10 @@ def is_depthwise(func) -> bool:
 def unscheduled_kernels(model, devices, placement) -> dict:
     """The kernels of `model` placed by `placement` as they are before scheduling
     (``{name: PrimFunc}``, the names of :func:`keep_scheduled`'s): each layer's kernel in the
-    form of its device (:func:`~tvm_hetero.layered.placed_module`), the ones
-    :func:`~tvm_hetero.classify.classify_bindings` calls kernels (form kernels included)."""
-    from ..classify import classify_bindings
-    from ..layered import placed_module
+    form of its device (:func:`~tvm_hetero.layers.layered.placed_module`), the ones
+    :func:`~tvm_hetero.layers.classify.classify_bindings` calls kernels (form kernels included)."""
+    from ..layers.classify import classify_bindings
+    from ..layers.layered import placed_module
 
     mod = placed_module(model, devices, placement)
     kernels = {}

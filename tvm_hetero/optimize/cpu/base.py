@@ -150,7 +150,7 @@ def schedule_one_reduction(func, kind: str):
     `kind` with exactly one reduction block, else None: where the reduction rules start."""
     from tvm import s_tir
 
-    from ...classify import kernel_kind
+    from ...layers.classify import kernel_kind
 
     if kernel_kind(func) != kind:
         return None

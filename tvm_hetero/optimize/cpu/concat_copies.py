@@ -3,7 +3,7 @@ input starts, one contiguous parallel copy per input."""
 
 from __future__ import annotations
 
-from ...classify import op_kinds
+from ...layers.classify import op_kinds
 from ..rule import Rule
 from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent,
                    schedule_inlined)

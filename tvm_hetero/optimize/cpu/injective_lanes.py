@@ -4,7 +4,7 @@ vector lanes, the outer axes fused and parallel when the kernel is large enough.
 
 from __future__ import annotations
 
-from ...classify import LAYER_KINDS
+from ...layers.classify import LAYER_KINDS
 from ...target import vector_lanes
 from ..rule import Rule
 from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent,

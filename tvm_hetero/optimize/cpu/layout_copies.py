@@ -3,7 +3,7 @@ innermost and vectorized, the others fused and parallel."""
 
 from __future__ import annotations
 
-from ...classify import op_kinds
+from ...layers.classify import op_kinds
 from ..rule import Rule
 from .base import MIN_PARALLEL_EXTENT, is_reduction_iter, iterations, loop_extent
 

@@ -4,7 +4,7 @@ target's vector registers; rows padded to the tile; epilogue per tile with fast 
 
 from __future__ import annotations
 
-from ...classify import kernel_kind
+from ...layers.classify import kernel_kind
 from ...target import cpu_traits
 from ..choices import choose
 from ..rule import Rule

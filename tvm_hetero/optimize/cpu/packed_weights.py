@@ -4,7 +4,7 @@ epilogue per tile."""
 
 from __future__ import annotations
 
-from ...classify import kernel_kind
+from ...layers.classify import kernel_kind
 from ...target import vector_lanes
 from ..rule import Rule
 from .base import (PACKED_ACCUMULATORS, direct_conv, epilogue_at, finish_register_tile,

@@ -11,7 +11,7 @@ reductions only):
 
 from __future__ import annotations
 
-from ...classify import LAYER_KINDS
+from ...layers.classify import LAYER_KINDS
 from ..rule import Rule
 from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent,
                    schedule_inlined)

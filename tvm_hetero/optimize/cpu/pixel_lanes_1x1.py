@@ -3,7 +3,7 @@ along the pixels (contiguous output and residual); register tiles of channels x 
 
 from __future__ import annotations
 
-from ...classify import kernel_kind
+from ...layers.classify import kernel_kind
 from ...target import cpu_traits
 from ..choices import choose
 from ..rule import Rule

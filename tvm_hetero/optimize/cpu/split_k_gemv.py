@@ -4,7 +4,7 @@ partials added last."""
 
 from __future__ import annotations
 
-from ...classify import kernel_kind
+from ...layers.classify import kernel_kind
 from ..choices import choose
 from ..rule import Rule
 from .base import largest_divisor, loop_extent, walks_contiguously

@@ -4,7 +4,7 @@ channel products in register tiles, the inverse transform and the epilogue."""
 
 from __future__ import annotations
 
-from ...classify import kernel_kind
+from ...layers.classify import kernel_kind
 from ...ops.winograd import OUT_BLOCK, STAGES, is_winograd
 from ...target import vector_lanes
 from ..rule import Rule

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
-from ...classify import LAYER_KINDS
+from ...layers.classify import LAYER_KINDS
 from ...target import arch_multiprocessors
 from ..rule import Rule
 

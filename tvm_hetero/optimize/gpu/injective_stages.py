@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 
-from ...classify import LAYER_KINDS
 from ...errors import error_message
+from ...layers.classify import LAYER_KINDS
 from ..rule import Rule
 from .work_budget import MAX_WORK, work_ratio
 

@@ -19,8 +19,8 @@ import logging
 import math
 from dataclasses import dataclass
 
-from ...classify import LAYER_KINDS
 from ...errors import error_message
+from ...layers.classify import LAYER_KINDS
 from ...target import arch_multiprocessors
 from ..rule import Rule
 from .split_reduction import CannotSplit, outer_reduction_extent, split_reduction

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 
-from ...classify import LAYER_KINDS
+from ...layers.classify import LAYER_KINDS
 from ..rule import Rule
 
 logger = logging.getLogger(__name__)

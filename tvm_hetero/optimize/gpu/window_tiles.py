@@ -318,7 +318,7 @@ class WindowTiles(Rule):
         """
         from tvm import s_tir
 
-        from ...classify import kernel_kind
+        from ...layers.classify import kernel_kind
         from ..cpu.base import one_reduction
 
         if kernel_kind(func) not in self.kinds:

@@ -1,7 +1,7 @@
 """MetaSchedule tuning of a placement's kernels, per device, with a database kept on disk
 (``compile --tune-trials N --tuning-db DIR``). Kernel schedules only: not the placement search
 (``tvm-hetero tune``, :mod:`tvm_hetero.search`, whose records are
-:class:`tvm_hetero.database.Database`).
+:class:`tvm_hetero.search.records.PlacementRecords`).
 
 :func:`tune_kernels` tunes every distinct kernel of the layers a placement puts on each device
 (weighted by how often the model calls it) with TVM's MetaSchedule under one global trial

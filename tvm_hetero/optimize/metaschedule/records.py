@@ -116,8 +116,8 @@ class KernelTuningDatabase:
     """A kernel tuning directory: MetaSchedule's JSON database (its tuning records of each
     kernel on each target) plus the tuned-vs-rules comparisons (``choices.json``).
 
-    Not the placement search's records (:class:`tvm_hetero.database.Database`, measured
-    placements): this one holds per-kernel schedules, for ``compile --tuning-db``.
+    Not the placement search's records (:class:`tvm_hetero.search.records.PlacementRecords`,
+    measured placements): this one holds per-kernel schedules, for ``compile --tuning-db``.
 
     Parameters
     ----------

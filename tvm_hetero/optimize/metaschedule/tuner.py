@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from ...devices import DeviceSet, host_num_cores
 from ...errors import BuildError, HeteroError, error_message
-from ...frontend import load_model
-from ...layers import extract_layers
-from ...layered import placed_module
+from ...frontend.load import load_model
+from ...layers.extract import extract_layers
+from ...layers.layered import placed_module
 from ...ops.winograd import is_winograd
 from ...prepare import PrepareConfig
 from ...placement import Placement

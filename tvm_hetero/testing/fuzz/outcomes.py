@@ -138,7 +138,7 @@ def compare(got: list, want: list) -> tuple[float, str, int | None]:
 
 def onnxruntime_outputs(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """onnxruntime's (CPU) outputs of an ONNX model."""
-    from ...verify import reference_session
+    from ...measure.reference import reference_session
 
     return reference_session(model).run(None, inputs)
 

@@ -31,7 +31,7 @@ class BuildObserver:
 
     Attributes
     ----------
-    stats : tvm_hetero.build.BuildStats
+    stats : tvm_hetero.build.compile.BuildStats
         Filled by the build in place: ``stats.rules`` (kernel -> rule) is complete once
         scheduling is done, whatever fails after.
     rule_errors : list of str
@@ -42,7 +42,7 @@ class BuildObserver:
     """
 
     def __init__(self, rules_only: bool = False):
-        from ...build import BuildStats
+        from ...build.compile import BuildStats
 
         self.stats = BuildStats()
         self.rule_errors: list[str] = []
@@ -91,7 +91,7 @@ class BuildObserver:
 def _kernel_cache(progress_path: str | None):
     """A KernelCache timing each kernel's code generation (and writing the kernel it starts
     to `progress_path`, so that the kernel of a hang is known)."""
-    from ...build import KernelCache
+    from ...build.compile import KernelCache
 
     class TimedKernelCache(KernelCache):
         def __init__(self):

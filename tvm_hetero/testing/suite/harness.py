@@ -108,6 +108,6 @@ def weight_bytes(proto: onnx.ModelProto) -> int:
 def copy_bandwidth_gbs(device, tries: int = 3) -> float:
     """The copy bandwidth ``tvm-hetero devices`` reports for one device (a device-to-itself
     copy fitted over 4 KiB..16 MiB, ``profiles.measure_transfer``): the best of `tries`."""
-    from tvm_hetero.profiles import measure_transfer
+    from tvm_hetero.measure.profiles import measure_transfer
 
     return max(measure_transfer(device, device).bandwidth_gbs for _ in range(tries))

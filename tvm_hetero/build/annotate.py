@@ -24,9 +24,9 @@ from __future__ import annotations
 import logging
 import re
 
-from .classify import classify_bindings
-from .errors import PlacementError
-from .relax_ir import HOST_ALLOCATING, host_builtin, is_layered, substitute_vars
+from ..layers.classify import classify_bindings
+from ..errors import PlacementError
+from ..relax_ir import HOST_ALLOCATING, host_builtin, is_layered, substitute_vars
 
 logger = logging.getLogger(__name__)
 
@@ -251,7 +251,7 @@ class _Rewrite:
 def used_devices(placement, devices):
     """The devices a placement uses, in device-set order: the module's vdevices and the VM's
     device list (a device no layer uses is not part of the executable)."""
-    from .devices import DeviceSet
+    from ..devices import DeviceSet
 
     used = set(placement.assignment.values())
     return DeviceSet([dev for dev in devices if dev.name in used])

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .devices import Device, DeviceSet
-from .optimize.kernel import kernel_for, time_kernel
-from .placement import Placement
+from ..devices import Device, DeviceSet
+from ..optimize.kernel import kernel_for, time_kernel
+from ..placement import Placement
 
 logger = logging.getLogger(__name__)
 
@@ -144,10 +144,10 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
     progress : callable, optional
         Called with a message per device (the CLI shows it).
     """
-    from .layered import cpu_only_layers, host_cpu, placed_module
-    from .layers import extract_layers
-    from .placement import Placement
-    from .relax_ir import bounded_kernel, upper_bounds
+    from ..layers.extract import extract_layers
+    from ..layers.layered import cpu_only_layers, host_cpu, placed_module
+    from ..placement import Placement
+    from ..relax_ir import bounded_kernel, upper_bounds
 
     model_fp, devices_fp = model.fingerprint(), devices.fingerprint()
     if path:

@@ -10,7 +10,7 @@ Each line is self-contained::
 ``tags`` is optional (who proposed the candidate). A record tagged ``"source": "retime"`` is a
 finalist timed again, alternately with the others of its ``"retime"`` group, after the search
 (see :func:`~tvm_hetero.search.tune`): it is kept beside the placement's measurement, which a
-resumed search reuses as it was, and it is the placement's figure for :meth:`Database.best`.
+resumed search reuses as it was, and it is the placement's figure for :meth:`PlacementRecords.best`.
 
 Every line is flushed and fsynced before ``commit`` returns, so an acknowledged record survives
 a killed process. On load, a line that does not parse (a writer killed mid-line) is skipped with
@@ -25,10 +25,10 @@ import logging
 import os
 from typing import Iterator
 
-from .errors import HeteroError, error_message
-from .measure.result import MeasureResult
-from .placement import Placement
-from .schemas import RECORD, validation_error
+from ..errors import HeteroError, error_message
+from ..measure.result import MeasureResult
+from ..placement import Placement
+from ..schemas import RECORD, validation_error
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def _tvm_version() -> str:
     return str(tvm.__version__)
 
 
-class Database:
+class PlacementRecords:
     """The records of one model on one device set, backed by a JSON-lines file.
 
     Parameters
@@ -183,7 +183,7 @@ class Database:
         """The valid placements with their figures (see :meth:`final`), those within
         `devices`' memory caps when `layers` are given (a placement of other layers or devices is
         kept: validating it says what is wrong)."""
-        from .memory import fits
+        from ..build.memory import fits
 
         if layers is None:
             return [(p, r) for p, r in self.final() if r.ok]
@@ -244,8 +244,8 @@ def read_header(records: str) -> dict | None:
     HeteroError
         When the header exists but is not one.
     """
-    from .devices import DeviceSet
-    from .schemas import RECORDS_HEADER
+    from ..devices import DeviceSet
+    from ..schemas import RECORDS_HEADER
 
     path = header_path(records)
     if not os.path.exists(path):
@@ -287,12 +287,12 @@ def best_placement(records: str, model, devices, layers) -> Placement:
     PlacementError
         The file is missing, or holds no usable record (the reason in the message).
     """
-    from .errors import PlacementError
-    from .memory import describe_over_cap, over_cap
+    from ..build.memory import describe_over_cap, over_cap
+    from ..errors import PlacementError
 
     if not os.path.isfile(records):
         raise PlacementError(f"records file not found: {records}")
-    database = Database(records, model.fingerprint(), devices.fingerprint())
+    database = PlacementRecords(records, model.fingerprint(), devices.fingerprint())
     best = database.best(layers, devices)
     if best is None:
         fastest = database.best()

@@ -5,8 +5,8 @@ the Relax VM lowering passes -> VM codegen -> one ``tirx.build`` per distinct ta
 into one library. TVM 0.27 compiles all LLVM kernels of one ``tirx.build`` with ONE target even
 when their ``target`` attributes differ, so kernels are built per target here and the modules
 imported into the first (``VMLink``); each layer's machine code is then its own device's.
-What the build returns, a :class:`~tvm_hetero.runtime.CompiledModel`, runs, times and exports it
-(:mod:`tvm_hetero.runtime`).
+What the build returns, a :class:`~tvm_hetero.build.runtime.CompiledModel`, runs, times and exports it
+(:mod:`tvm_hetero.build.runtime`).
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from . import cuda_cache
-from ._native import native_log_to_logging
+from .._native import native_log_to_logging
 from .annotate import AnnotateDevice, used_devices
-from .devices import DeviceSet, host_target_dict, use_every_cpu_thread
-from .errors import BuildError, error_message
-from .frontend import load_model
-from .layered import cpu_only_on_a_cpu, layered_module, placed_module
-from .layers import extract_layers
-from .optimize import RuleTable, schedule_passes
-from .optimize.metaschedule import KernelTuningDatabase
-from .placement import Placement
-from .prepare import PrepareConfig
-from .relax_ir import main_bindings
+from ..devices import DeviceSet, host_target_dict, use_every_cpu_thread
+from ..errors import BuildError, error_message
+from ..frontend.load import load_model
+from ..layers.layered import cpu_only_on_a_cpu, layered_module, placed_module
+from ..layers.extract import extract_layers
+from ..optimize import RuleTable, schedule_passes
+from ..optimize.metaschedule import KernelTuningDatabase
+from ..placement import Placement
+from ..prepare import PrepareConfig
+from ..relax_ir import main_bindings
 from .runtime import KERNELS_KEY, META_FORMAT, META_FUNC, META_VERSION, CompiledModel
 
 logger = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ class BuildStats:
     # (:meth:`slowest_kernels`).
     kernel_compile_s: dict[str, float] = field(default_factory=dict)
     # CUDA modules compiled to a binary during this build, and those found in the disk cache
-    # (:mod:`tvm_hetero.cuda_cache`). Both stay 0 where no CUDA runtime is present: the
+    # (:mod:`tvm_hetero.build.cuda_cache`). Both stay 0 where no CUDA runtime is present: the
     # library then carries CUDA source, compiled when it is loaded on a GPU machine.
     cuda_compiles: int = 0
     cuda_cache_hits: int = 0
@@ -372,7 +372,7 @@ def _kernel_meta(layered, annotated, scheduled, devices: DeviceSet,
     tvm, relax = _import_tvm()
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    from .classify import classify_bindings
+    from ..layers.classify import classify_bindings
 
     call_tir = tvm.ir.Op.get("relax.call_tir")
 

@@ -189,7 +189,7 @@ DEFAULT_MODEL = "zoo:vgg"
 def zoo_model(name: str):
     """The ONNX model of zoo entry `name` (``mlp``, ``cnn``, ``vgg``, ``resnet``,
     ``transformer``)."""
-    from .errors import ModelError
+    from ..errors import ModelError
 
     if name not in ZOO:
         raise ModelError(f"unknown zoo model {name!r}; the zoo has: {', '.join(sorted(ZOO))}")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from ._native import native_log_to_logging
-from .relax_ir import is_layered
+from .._native import native_log_to_logging
+from ..relax_ir import is_layered
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def layered_module(model, config=None):
         their layers are those a build for that set has. The layer names are the same for
         every config (:func:`placed_module`).
     """
-    from .prepare import PrepareConfig
+    from ..prepare import PrepareConfig
 
     if is_layered(model.mod):
         return model.mod
@@ -38,7 +38,7 @@ def layered_module(model, config=None):
 def layer_forms(model, config):
     """The model's :class:`~tvm_hetero.prepare.device_forms.LayerForms` for `config`, kept on
     the model (``model._layered``, by config)."""
-    from .prepare.device_forms import LayerForms
+    from ..prepare.device_forms import LayerForms
 
     cached = model._layered if isinstance(model._layered, dict) else {}
     if config not in cached:
@@ -52,9 +52,9 @@ def placed_module(model, devices, placement):
     """The layered form of a model in which each layer has the form of the device `placement`
     puts it on: on a CPU the forms of ``PrepareConfig.for_devices(devices)`` (the set's widest
     CPU: channel padding, the blocked layout, Winograd), elsewhere (a GPU) the model's own form.
-    Its layers have the names of :func:`~tvm_hetero.layers.extract_layers` for any device set;
-    the layout transforms between the forms are form kernels that run with the CPU layer they
-    serve.
+    Its layers have the names of :func:`~tvm_hetero.layers.extract.extract_layers` for any device
+    set; the layout transforms between the forms are form kernels that run with the CPU layer
+    they serve.
 
     Where the forms cannot be mixed with the names kept (a model whose own graph has layout
     transforms, or one whose fusion the forms change), every layer takes the CPU forms, with
@@ -67,9 +67,9 @@ def placed_module(model, devices, placement):
         The whole device set (the CPU forms follow it, not only the devices used).
     placement : Placement
     """
-    from .devices import DeviceSet
-    from .prepare import PrepareConfig
-    from .prepare.device_forms import FormsMismatch
+    from ..devices import DeviceSet
+    from ..prepare import PrepareConfig
+    from ..prepare.device_forms import FormsMismatch
 
     if is_layered(model.mod):
         return model.mod
@@ -92,8 +92,8 @@ def cpu_only_layers(mod) -> set[str]:
     run-time index checks (an ``assert`` per index, raised as the VM call's error: a GPU
     kernel has no such error path, and the check written for the host would read device
     memory from the host)."""
+    from ..frontend.onnx.index_guard import BOUNDS_PARAM_ATTR
     from .classify import classify_bindings
-    from .frontend.onnx.index_guard import BOUNDS_PARAM_ATTR
 
     names = set()
     for binding, info in classify_bindings(mod):
@@ -109,7 +109,7 @@ def host_cpu(devices):
     """The device index checks run on for a :class:`~tvm_hetero.DeviceSet`: its first CPU, or
     when it has none the host CPU (``cpu``, or ``host`` where a device of the set is called
     ``cpu``), which every CUDA executable has anyway."""
-    from .devices import parse_device
+    from ..devices import parse_device
 
     found = next((device for device in devices if device.family == "cpu"), None)
     if found is not None:
@@ -124,8 +124,8 @@ def cpu_only_on_a_cpu(placement, mod, devices):
     """`placement` with the layers of `mod` that only a CPU can run (:func:`cpu_only_layers`)
     moved from any other device to :func:`host_cpu`, and the device set extended with it
     where it was not in it: ``(placement, devices)``, both unchanged when none moves."""
-    from .devices import DeviceSet
-    from .placement import Placement
+    from ..devices import DeviceSet
+    from ..placement import Placement
 
     moved = sorted(name for name in cpu_only_layers(mod)
                    if devices[placement[name]].family != "cpu")

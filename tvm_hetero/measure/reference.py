@@ -13,9 +13,10 @@ the wrong answer agrees with itself. The reference is therefore
 Outputs match where each is within its dtype's tolerance of the reference (see
 :func:`tolerance_for`: 1e-4 of the largest reference magnitude for
 float32, exact for integers). :func:`verify_build` checks a built library (``compile
---verify``); when it disagrees, :func:`locate_rules` rebuilds with the rules of some kernels
-switched off (``build(..., unscheduled=...)``) to name the kernels whose rules are at fault,
-and the result is a :class:`~tvm_hetero.errors.VerificationError` naming them.
+--verify``); when it disagrees, :func:`~tvm_hetero.optimize.bisect.locate_rules` rebuilds with
+the rules of some kernels switched off (``build(..., unscheduled=...)``) to name the kernels
+whose rules are at fault, and the result is a :class:`~tvm_hetero.errors.VerificationError`
+naming them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import BuildError, VerificationError, error_message
+from ..errors import BuildError, VerificationError, error_message
 
 logger = logging.getLogger(__name__)
 
@@ -71,12 +72,6 @@ def outputs_match(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[bool, 
     return ok, max(errors) if errors else 0.0
 
 
-# Runs of each rebuilt library while locating a rule at fault: a race shows in some runs only
-LOCATE_RUNS = 3
-# Kernels named at most (each found by its own bisection)
-MAX_CULPRITS = 3
-
-
 @dataclass
 class Reference:
     """Reference outputs and where they come from.
@@ -116,11 +111,11 @@ def reference_outputs(model: Any, devices, inputs: dict[str, np.ndarray],
     layers : list of Layer, optional
         The model's layers for `devices` (extracted when not given).
     """
-    from .build import build
-    from .frontend import load_model
-    from .layers import extract_layers
-    from .placement import Placement
-    from .prepare import PrepareConfig
+    from ..build.compile import build
+    from ..frontend.load import load_model
+    from ..layers.extract import extract_layers
+    from ..placement import Placement
+    from ..prepare import PrepareConfig
 
     model = load_model(model)
     if model.onnx_model is None:
@@ -309,71 +304,16 @@ def verify_build(model, placement, devices, compiled, rules: dict[str, str | Non
         return Verification(reference, max_error)
     mismatch = describe_mismatch(outputs, reference) or \
         f"outputs differ from {reference.label} (relative error {max_error:.3g})"
+    from ..optimize.bisect import locate_rules
+
+    def agrees(got: list[np.ndarray]) -> bool:
+        return outputs_match(got, reference.outputs)[0]
+
     raise VerificationError(f"verification failed: {mismatch}; " + locate_rules(
-        model, placement, devices, inputs, reference, rules, tuning=tuning,
+        model, placement, devices, inputs, agrees, rules, tuning=tuning,
         rule_table=rule_table))
 
 
-def locate_rules(model, placement, devices, inputs: dict[str, np.ndarray],
-                 reference: Reference, rules: dict[str, str | None], *,
-                 tuning=None, rule_table=None) -> str:
-    """Find the kernels whose rules make a build disagree with `reference`; returns the
-    finding as a clause: ``kernel K (rule R) disagrees with TVM's default loops``.
-
-    Every kernel a rule (or tuning) scheduled is a suspect. The build with all suspects on
-    TVM's default loops must agree (else the fault is not in a rule); then a binary search
-    over the suspects in order finds the shortest prefix whose rules, the rest left
-    unscheduled, disagree: its last kernel's rule is at fault (with the ones before it). That
-    kernel is set aside and the search repeats while the others still disagree, up to
-    `MAX_CULPRITS` kernels. Each rebuild reuses the kernels compiled before (a
-    :class:`~tvm_hetero.build.KernelCache`) and is run `LOCATE_RUNS` times, with the tuning
-    database (`tuning`) and optimization table (`rule_table`, None: the active one) the build
-    used.
-    """
-    from .build import KernelCache, build
-    from .optimize.pass_ import AS_WRITTEN
-
-    suspects = [kernel for kernel, rule in rules.items() if rule not in (None, AS_WRITTEN)]
-    cache = KernelCache()
-    builds = 0
-
-    def agrees(scheduled: list[str]) -> bool:
-        nonlocal builds
-        keep = set(scheduled)
-        builds += 1
-        compiled = build(model, placement, devices, tuning_db=tuning, kernel_cache=cache,
-                         unscheduled=[k for k in suspects if k not in keep], rules=rule_table)
-        return all(outputs_match(compiled.run(inputs), reference.outputs)[0]
-                   for _ in range(LOCATE_RUNS))
-
-    logger.info("locating the rule at fault among %d scheduled kernels", len(suspects))
-    try:
-        if not agrees([]):
-            return ("the build with every kernel on TVM's default loops disagrees too: the "
-                    "fault is not in an optimization rule")
-        culprits: list[str] = []
-        left = list(suspects)
-        while left and len(culprits) < MAX_CULPRITS and not agrees(left):
-            lo, hi = 0, len(left)  # the first lo kernels' rules agree, the first hi's do not
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if agrees(left[:mid]):
-                    lo = mid
-                else:
-                    hi = mid
-            culprits.append(left.pop(hi - 1))
-    except Exception as err:  # noqa: BLE001 (a rebuild that fails: report, do not mask)
-        return f"locating the rule at fault failed: {error_message(err, with_type=True)}"
-    finally:
-        logger.info("%d rebuilds to locate the rule at fault", builds)
-    if not culprits:
-        return ("no kernel's rule was found at fault: rebuilt, the outputs agreed (a race "
-                "that shows in some runs only?)")
-    named = [f"kernel {kernel} (rule {rules[kernel]})" for kernel in culprits]
-    if len(named) == 1:
-        return f"{named[0]} disagrees with TVM's default loops"
-    return f"{', '.join(named[:-1])} and {named[-1]} disagree with TVM's default loops"
-
-
 __all__ = ["DEFAULT_LOOPS", "GIVEN", "ONNXRUNTIME", "Reference", "Verification",
-           "describe_mismatch", "locate_rules", "reference_outputs", "verify_build"]
+           "describe_mismatch", "outputs_match", "reference_outputs", "reference_session",
+           "relative_errors", "tolerance_for", "verify_build"]

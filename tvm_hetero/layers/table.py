@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .layers import Layer, distinct_param_bytes
+from .extract import Layer, distinct_param_bytes
 
 
 def layers_table(layers: list[Layer]) -> str:

@@ -3,9 +3,9 @@
 :func:`tvm_hetero.build` makes a :class:`CompiledModel`; :func:`load` reads one back from the
 ``.so`` it exported. The executable describes itself (``hetero_meta()``: its devices, inputs,
 their devices, the placement, each kernel's layers, device, rule and FLOPs), so a loaded one
-runs and profiles (:mod:`tvm_hetero.profiling`) like a built one. Nothing here compiles, but
+runs and profiles (:mod:`tvm_hetero.build.profile`) like a built one. Nothing here compiles, but
 TVM compiles the CUDA source a library built without a GPU carries when it loads it on a GPU
-machine: :func:`load` puts the disk cache of :mod:`tvm_hetero.cuda_cache` in front of that.
+machine: :func:`load` puts the disk cache of :mod:`tvm_hetero.build.cuda_cache` in front of that.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import numpy as np
 
 from . import cuda_cache
 from .annotate import WEIGHTS_FUNC
-from .devices import DeviceSet, use_every_cpu_thread
-from .errors import BuildError, DeviceError, InputError, ModelError, error_message
-from .frontend import InputSpec
-from .frontend.onnx.index_guard import OUT_OF_RANGE
-from .placement import Placement
+from ..devices import DeviceSet, use_every_cpu_thread
+from ..errors import BuildError, DeviceError, InputError, ModelError, error_message
+from ..frontend.load import InputSpec
+from ..frontend.onnx.index_guard import OUT_OF_RANGE
+from ..placement import Placement
 
 if TYPE_CHECKING:
-    from .profiling import KernelProfile
+    from .profile import KernelProfile
 
 # the executable's self-description: the function returning it, its format and version
 META_FUNC = "hetero_meta"
@@ -105,7 +105,7 @@ class CompiledModel:
     placement : Placement
     libs : dict
         Per-target kernel libraries of an in-memory build (target string -> module).
-    stats : tvm_hetero.build.BuildStats or None
+    stats : tvm_hetero.build.compile.BuildStats or None
         Where the build's time went (None for a loaded one).
     """
 
@@ -200,7 +200,7 @@ class CompiledModel:
         """Time every call of ``main`` (kernels, copies between devices, VM builtins).
 
         Runs ``main`` under the VM's instrument, which times each call instruction
-        (:mod:`tvm_hetero.profiling`); the rows name each kernel's layer, device and rule from
+        (:mod:`tvm_hetero.build.profile`); the rows name each kernel's layer, device and rule from
         the executable's description. A library built before it described its kernels
         profiles too, with its kernels' layers and rules ``"unknown"``.
 
@@ -227,7 +227,7 @@ class CompiledModel:
             If the inputs do not match the model, or `repeat`, `warmup` or `statistic` is
             invalid.
         """
-        from .profiling import STATISTICS, profile_vm
+        from .profile import STATISTICS, profile_vm
 
         if repeat < 1 or warmup < 0:
             raise InputError(f"profile needs repeat >= 1 and warmup >= 0 (got {repeat} and "

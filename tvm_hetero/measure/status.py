@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .devices import Device, DeviceSet
+from ..devices import Device, DeviceSet
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class TaskWeights:
     @classmethod
     def for_layers(cls, layers) -> "TaskWeights":
         flops = sum(layer.flops for layer in layers)
-        from .layers import distinct_param_bytes
+        from ..layers.extract import distinct_param_bytes
 
         params = distinct_param_bytes(layers)
         intensity = flops / max(params, 1)
@@ -84,13 +84,13 @@ def measure_gflops(device: Device, n: int = MATMUL_N) -> float:
     """GFLOP/s of an n x n x n float32 matmul built for `device` and run on it."""
     from tvm import te
 
-    from .optimize.kernel import kernel_for, time_kernel
+    from ..optimize.kernel import kernel_for, time_kernel
 
     a = te.placeholder((n, n), "float32", name="A")
     b = te.placeholder((n, n), "float32", name="B")
     k = te.reduce_axis((0, n), name="k")
     c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
-    from .relax_ir import OP_KINDS_ATTR
+    from ..relax_ir import OP_KINDS_ATTR
 
     # tagged as a matmul layer: scheduled by the same rules as the model's matmul layers
     func = te.create_prim_func([a, b, c]).with_attr(OP_KINDS_ATTR, ["matmul"])

@@ -1,10 +1,10 @@
 """Operator-level layers: one fused operator group (conv2d+bias+relu) is one layer.
 
 :func:`tvm_hetero.prepare.prepare` lowers a model's Relax module to the *layered* form: every
-``call_tir`` binding of ``main`` is one layer (:mod:`tvm_hetero.layered` keeps it per model).
+``call_tir`` binding of ``main`` is one layer (:mod:`tvm_hetero.layers.layered` keeps it per model).
 ``extract_layers`` reads the layers of a layered module, with their configuration and their
 predecessors (the layers form a DAG); which bindings are layers, their names and their kinds
-(``LAYER_KINDS``, which key the optimization rules) are :mod:`tvm_hetero.classify`'s.
+(``LAYER_KINDS``, which key the optimization rules) are :mod:`tvm_hetero.layers.classify`'s.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ModelError
+from ..relax_ir import bounded_dim, bounded_kernel, is_layered, upper_bounds
 from .classify import classify_bindings, layer_kind
-from .errors import ModelError
 from .layered import layered_module
-from .relax_ir import bounded_dim, bounded_kernel, is_layered, upper_bounds
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ def extract_layers(mod, config=None) -> list[Layer]:
     from tvm import relax
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    from .prepare import prepare
+    from ..prepare import prepare
 
     mod = layered_module(mod, config) if hasattr(mod, "mod") else mod
     if not is_layered(mod):

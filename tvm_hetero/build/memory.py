@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .devices import DeviceSet
-from .layers import distinct_param_bytes
-from .placement import Placement
+from ..devices import DeviceSet
+from ..layers.extract import distinct_param_bytes
+from ..placement import Placement
 
 
 @dataclass(frozen=True)

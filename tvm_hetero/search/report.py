@@ -17,11 +17,11 @@ import os
 from collections import Counter, defaultdict
 from typing import Any
 
-from .database import Database
-from .devices import DeviceSet
-from .layers import Layer
-from .memory import format_bytes
-from .placement import Placement
+from .records import PlacementRecords
+from ..devices import DeviceSet
+from ..layers.extract import Layer
+from ..build.memory import format_bytes
+from ..placement import Placement
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 
@@ -136,7 +136,7 @@ def plot_history(series: dict[str, list[float]], path: str, title: str = "",
     return path
 
 
-def history_by_strategy(database: Database) -> dict[str, list[float]]:
+def history_by_strategy(database: PlacementRecords) -> dict[str, list[float]]:
     """Best-so-far per strategy, from the records in file order."""
     best: dict[str, float] = {}
     series: dict[str, list[float]] = defaultdict(list)
@@ -159,12 +159,12 @@ def write_report(out_dir: str, model, devices: DeviceSet, records: str, profile=
     dict
         Paths written and the summary (best placement, latency, speedup, outcomes).
     """
-    from .errors import HeteroError
-    from .layers import extract_layers
-    from .prepare import PrepareConfig
+    from ..errors import HeteroError
+    from ..layers.extract import extract_layers
+    from ..prepare import PrepareConfig
 
     layers = layers or extract_layers(model, PrepareConfig.for_devices(devices))
-    database = Database(records, model.fingerprint(), devices.fingerprint())
+    database = PlacementRecords(records, model.fingerprint(), devices.fingerprint())
     best = database.best(layers, devices)
     if best is None:
         raise HeteroError(f"no verified record for {model.name} on {', '.join(devices.names)} "

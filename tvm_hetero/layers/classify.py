@@ -2,7 +2,7 @@
 and which bindings of ``main`` are layers, with their names.
 
 :func:`classify_bindings` is the one place that decides which bindings are layers and what they
-are called (:func:`tvm_hetero.layers.extract_layers`, the
+are called (:func:`tvm_hetero.layers.extract.extract_layers`, the
 :class:`~tvm_hetero.AnnotateDevice` pass and the per-device forms of
 :mod:`tvm_hetero.prepare.device_forms` read it); the layer kinds (``LAYER_KINDS``,
 :func:`kernel_kind`) key the optimization rules.
@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from typing import Any, NamedTuple
 
-from .relax_ir import OP_KINDS_ATTR, is_form_kernel, layer_pieces, layer_slices, main_bindings
+from ..relax_ir import OP_KINDS_ATTR, is_form_kernel, layer_pieces, layer_slices, main_bindings
 
 # op name (legalized PrimFunc name without its numeric suffix) -> layer kind
 _KIND_BY_OP = {
@@ -63,8 +63,9 @@ def classify_bindings(mod) -> list[tuple[Any, LayerBinding | None]]:
     a kernel and ``None`` when it is structure (tuples, aliases, copies).
 
     This is the one place that decides which bindings are layers and what they are called, so
-    that :func:`~tvm_hetero.layers.extract_layers` and the :class:`~tvm_hetero.AnnotateDevice`
-    pass agree. A layer is named by its anchor op and that op's ordinal (``conv2d_3``). Form
+    that :func:`~tvm_hetero.layers.extract.extract_layers` and the
+    :class:`~tvm_hetero.AnnotateDevice` pass agree. A layer is named by its anchor op and that
+    op's ordinal (``conv2d_3``). Form
     kernels (the layout transforms of the CPU forms, :mod:`tvm_hetero.prepare.device_forms`,
     and a slice with elementwise ops after one of them: where no transform is between them,
     they fuse into the convolution) are no layer and number nothing, so that a layer has one
