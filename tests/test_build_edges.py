@@ -19,7 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_hetero as th
 from tvm_hetero.build.compile import KernelCache
-from tvm_hetero.optimize.cpu.base import MAX_UNROLLED_COPIES, max_unrolled_copies
+from tvm_hetero.optimize.cpu.analysis import max_unrolled_copies
+from tvm_hetero.optimize.cpu.schedule_helpers import MAX_UNROLLED_COPIES
 from tvm_hetero.relax_ir import OP_KINDS_ATTR
 from tvm_hetero.testing.models import onnx_reference
 

@@ -169,7 +169,7 @@ def test_grouped_windowed_convolutions_with_whole_channel_vectors_take_packed_we
 def test_groups_of_fewer_output_channels_than_lanes_stay_with_tiled():
     from tvm import s_tir
 
-    from tvm_hetero.optimize.cpu.base import direct_conv
+    from tvm_hetero.optimize.cpu.analysis import direct_conv
 
     model = _grouped_windowed(64, 64, 14, 3, 16)  # 4 output channels per group
     devices = th.DeviceSet.parse([f"d0={json.dumps(ZNVER4)}"])

@@ -181,7 +181,8 @@ def _blocked_conv(lanes: int, channels: int, size: int, winograd_form: bool):
      {14: (2, 7), 7: (2, 7)}),
 ])
 def test_blocked_register_tiles_follow_the_targets_registers(mcpu, direct, products):
-    from tvm_hetero.optimize.cpu.base import PACKED_ACCUMULATORS, packed_tile, tile_registers
+    from tvm_hetero.optimize.cpu.schedule_helpers import (PACKED_ACCUMULATORS, packed_tile,
+                                                          tile_registers)
     from tvm_hetero.optimize.cpu.winograd import products_tile
     from tvm_hetero.target import cpu_traits
 
@@ -204,7 +205,7 @@ def test_blocked_register_tiles_follow_the_targets_registers(mcpu, direct, produ
     ("znver4", 3, 14, (1, 14)), ("znver4", 10, 27, (1, 9)), ("znver4", 60, 14, (2, 7)),
 ])
 def test_register_tiles_keep_enough_accumulators_for_the_fma_latency(mcpu, blocks, width, tile):
-    from tvm_hetero.optimize.cpu.base import PACKED_ACCUMULATORS, packed_tile
+    from tvm_hetero.optimize.cpu.schedule_helpers import PACKED_ACCUMULATORS, packed_tile
     from tvm_hetero.target import cpu_traits
 
     registers = cpu_traits(tvm.target.Target({"kind": "llvm", "mcpu": mcpu})).registers

@@ -28,7 +28,7 @@ import tvm_hetero as th
 from tvm_hetero.devices import host_num_cores
 from tvm_hetero.layers.classify import kernel_kind
 from tvm_hetero.layers.layered import layered_module
-from tvm_hetero.optimize.cpu import base, blocked_nchwc, winograd
+from tvm_hetero.optimize.cpu import analysis, blocked_nchwc, schedule_helpers, winograd
 from tvm_hetero.optimize.kernel import kernel_for, time_kernel
 from tvm_hetero.prepare import PrepareConfig
 from tvm_hetero.target import cpu_traits
@@ -40,9 +40,9 @@ OLD_ACCUMULATORS = {32: 16, 16: 6}
 def old_products_tile(channel_blocks, tile_cols, vectors_per_block, registers):
     """Winograd's products tile of rules version 14: 2 channel blocks where the channels allow,
     the most columns (a divisor) the accumulators leave."""
-    accumulators = base.PACKED_ACCUMULATORS[registers]
+    accumulators = schedule_helpers.PACKED_ACCUMULATORS[registers]
     k_blocks = 2 if channel_blocks % 2 == 0 and 2 * vectors_per_block <= accumulators else 1
-    return k_blocks, base.largest_divisor(
+    return k_blocks, analysis.largest_divisor(
         tile_cols, max(1, accumulators // (k_blocks * vectors_per_block)))
 
 
@@ -54,16 +54,17 @@ def without_reduction_blocks(target):
 
 def compiled(func, device, old: bool):
     """``(library, scheduled function, rule)`` of `func` with the old tiles or the current."""
-    saved = dict(base.PACKED_ACCUMULATORS), winograd.products_tile, blocked_nchwc.cpu_traits
+    saved = (dict(schedule_helpers.PACKED_ACCUMULATORS), winograd.products_tile,
+             blocked_nchwc.cpu_traits)
     if old:
-        base.PACKED_ACCUMULATORS.update(OLD_ACCUMULATORS)
+        schedule_helpers.PACKED_ACCUMULATORS.update(OLD_ACCUMULATORS)
         winograd.products_tile = old_products_tile
         blocked_nchwc.cpu_traits = without_reduction_blocks
     try:
         chosen: dict = {}
         lib, scheduled = kernel_for(func, device, chosen)
     finally:
-        base.PACKED_ACCUMULATORS.update(saved[0])
+        schedule_helpers.PACKED_ACCUMULATORS.update(saved[0])
         winograd.products_tile, blocked_nchwc.cpu_traits = saved[1:]
     return lib, scheduled, chosen.get("main")
 
@@ -101,7 +102,7 @@ def main() -> None:
                            "num-cores": host_num_cores(), "name": "cpu"})
     devices = th.DeviceSet.parse([spec])
     device = devices.devices[0]
-    new = dict(base.PACKED_ACCUMULATORS)
+    new = dict(schedule_helpers.PACKED_ACCUMULATORS)
     clock = "CPU time" if args.cpu_time else "wall clock"
     threads = os.environ.get("TVM_NUM_THREADS", host_num_cores())
     print(f"target {json.dumps(device.target)}; {threads} threads, {clock}; A accumulators "

@@ -1,6 +1,7 @@
 """CPU rules: turn TVM's naive loops into parallel, vectorized, register-tiled code; one rule
-per file, their shared helpers in :mod:`.base`. The order they are tried in is the table's
-(:mod:`tvm_hetero.optimize.table`).
+per file, their shared helpers in :mod:`.analysis` (what a rule reads off a kernel) and
+:mod:`.schedule_helpers` (the schedule steps rules share). The order they are tried in is the
+table's (:mod:`tvm_hetero.optimize.table`).
 
 Every rule keeps each output element's reduction sequential and in order, so results equal
 those of the unscheduled loops up to the vector code LLVM emits.

@@ -6,8 +6,9 @@ from __future__ import annotations
 from ...target import cpu_traits, vector_lanes
 from ..choices import choose
 from ..rule import Rule
-from .base import (PACKED_ACCUMULATORS, blocked_conv_start, epilogue_at, finish_register_tile,
-                   iterations, loop_extent, packed_tile)
+from .analysis import iterations, loop_extent
+from .schedule_helpers import (PACKED_ACCUMULATORS, blocked_conv_start, epilogue_at,
+                               finish_register_tile, packed_tile)
 
 # Reduction blocks (the row's tiles inside each input channel block) on targets with at most
 # this many vector registers: AVX2's 8-accumulator tiles over 256-512 channels 51-72 -> 97-103

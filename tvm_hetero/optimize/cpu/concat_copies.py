@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ...layers.classify import op_kinds
 from ..rule import Rule
-from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent,
-                   schedule_inlined)
+from .analysis import iterations, loop_extent
+from .schedule_helpers import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, schedule_inlined
 
 class ConcatCopies(Rule):
     """The ``concat-copies`` rule: concatenations: the concatenation axis partitioned where each

@@ -8,7 +8,8 @@ from ...ops.conv2d_nchwc import DEPTHWISE_BLOCK
 from ...target import vector_lanes
 from ..choices import choose
 from ..rule import Rule
-from .base import blocked_conv_start, epilogue_at, finish_register_tile, loop_extent
+from .analysis import loop_extent
+from .schedule_helpers import blocked_conv_start, epilogue_at, finish_register_tile
 
 
 def depthwise_tile(height: int, width: int, accumulators: int) -> tuple[int, int]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from ...target import vector_lanes
 from ..choices import choose
 from ..rule import Rule
-from .base import (epilogue_at, inline_identity_copies, largest_divisor, loop_extent,
-                   prologue_per_task, static_conv)
+from .analysis import largest_divisor, loop_extent
+from .schedule_helpers import epilogue_at, inline_identity_copies, prologue_per_task, static_conv
 
 # Output rows per register tile: with a K-row window, R rows load R + K - 1 input rows (times K
 # column offsets) for R * K * K multiply-adds, against K * K loads per row one row at a time.

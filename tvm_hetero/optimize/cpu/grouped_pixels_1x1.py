@@ -8,8 +8,9 @@ from ...devices import host_num_cores
 from ...ops import grouped_conv1x1
 from ...target import cpu_traits
 from ..rule import Rule
-from .base import PACKED_ACCUMULATORS, loop_extent, loops_under, one_reduction
+from .analysis import loop_extent, loops_under, one_reduction
 from .pixel_lanes_1x1 import pixel_tile
+from .schedule_helpers import PACKED_ACCUMULATORS
 
 
 def _cores(target) -> int:

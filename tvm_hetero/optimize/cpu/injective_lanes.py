@@ -7,8 +7,8 @@ from __future__ import annotations
 from ...layers.classify import LAYER_KINDS
 from ...target import vector_lanes
 from ..rule import Rule
-from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent,
-                   walks_contiguously)
+from .analysis import iterations, loop_extent, walks_contiguously
+from .schedule_helpers import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK
 
 # at most this many vectors in one TVM-vectorized inner loop (a 7x7 feature map: 49 lanes)
 MAX_VECTORS = 4

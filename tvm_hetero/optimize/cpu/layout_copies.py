@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ...layers.classify import op_kinds
 from ..rule import Rule
-from .base import MIN_PARALLEL_EXTENT, is_reduction_iter, iterations, loop_extent
+from .analysis import is_reduction_iter, iterations, loop_extent
+from .schedule_helpers import MIN_PARALLEL_EXTENT
 
 # a strided copy costs several times a plain loop's iteration: from this many elements the
 # thread pool pays (the zoo models' 16K-element transform: 10.5 us serial, 3.1 us parallel)

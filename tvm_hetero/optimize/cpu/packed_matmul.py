@@ -8,8 +8,9 @@ from ...layers.classify import kernel_kind
 from ...target import cpu_traits
 from ..choices import choose
 from ..rule import Rule
-from .base import (accumulate_in_registers, epilogue_at, inline_identity_copies, largest_divisor,
-                   loop_extent, one_reduction, schedule_one_reduction, unroll_register_loops)
+from .analysis import largest_divisor, loop_extent, one_reduction
+from .schedule_helpers import (accumulate_in_registers, epilogue_at, inline_identity_copies,
+                               schedule_one_reduction, unroll_register_loops)
 from .fast_math import fast_math
 from .packed_weights import PACKED_WEIGHTS_ATTR
 

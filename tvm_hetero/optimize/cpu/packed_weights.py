@@ -7,8 +7,9 @@ from __future__ import annotations
 from ...layers.classify import kernel_kind
 from ...target import vector_lanes
 from ..rule import Rule
-from .base import (PACKED_ACCUMULATORS, direct_conv, epilogue_at, finish_register_tile,
-                   inline_identity_copies, loop_extent, packed_tile)
+from .analysis import direct_conv, loop_extent
+from .schedule_helpers import (PACKED_ACCUMULATORS, epilogue_at, finish_register_tile,
+                               inline_identity_copies, packed_tile)
 
 # Attribute of a PrimFunc whose weight parameter the rule repacked: ``[param index, lanes]``.
 # The OptimizeLayers pass repacks the argument the Relax program passes there (a constant is

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from ...layers.classify import LAYER_KINDS
 from ..rule import Rule
-from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent,
-                   schedule_inlined)
+from .analysis import iterations, loop_extent
+from .schedule_helpers import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, schedule_inlined
 
 
 class ParallelLoops(Rule):

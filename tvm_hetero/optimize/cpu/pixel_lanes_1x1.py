@@ -7,7 +7,8 @@ from ...layers.classify import kernel_kind
 from ...target import cpu_traits
 from ..choices import choose
 from ..rule import Rule
-from .base import PACKED_ACCUMULATORS, accumulate_in_registers, direct_conv, tile_registers
+from .analysis import direct_conv
+from .schedule_helpers import PACKED_ACCUMULATORS, accumulate_in_registers, tile_registers
 
 
 def pixel_tile(out_channels: int, pixel_vectors: int, in_channels: int, lanes: int,

@@ -4,8 +4,8 @@ vectors of output columns per window offset; padding computed first."""
 from __future__ import annotations
 
 from ..rule import Rule
-from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, is_reduction_iter, iterations,
-                   largest_divisor, loop_extent, schedule_one_reduction)
+from .analysis import is_reduction_iter, iterations, largest_divisor, loop_extent
+from .schedule_helpers import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, schedule_one_reduction
 
 # Vector lanes of the pooling rule: the largest divisor of the output width up to this many
 # (ResNet-50's 56-wide max pool: 14 lanes 0.12 ms, 28 lanes 0.16, 56 lanes 0.31; scalar 0.22).

@@ -4,7 +4,8 @@ outputs per task, their accumulators independent chains in registers."""
 from __future__ import annotations
 
 from ..rule import Rule
-from .base import MIN_PARALLEL_EXTENT, is_reduction_iter, iterations, loop_extent, one_reduction
+from .analysis import is_reduction_iter, iterations, loop_extent, one_reduction
+from .schedule_helpers import MIN_PARALLEL_EXTENT
 
 # Outputs a reduction_chains task accumulates at once: independent add chains that hide the
 # floating-point add latency (one chain: one add per 4 cycles).

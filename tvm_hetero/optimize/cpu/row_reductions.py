@@ -7,8 +7,9 @@ from __future__ import annotations
 from ...layers.classify import LAYER_KINDS
 from ...target import vector_lanes
 from ..rule import Rule
-from .base import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent, loops_under
+from .analysis import iterations, loop_extent, loops_under
 from .injective_lanes import inner_lanes
+from .schedule_helpers import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK
 
 
 def _leading_spatial(info) -> int:

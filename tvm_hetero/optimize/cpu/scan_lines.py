@@ -10,8 +10,8 @@ from __future__ import annotations
 from ...ops.scan import SCAN_BLOCKS
 from ...target import vector_lanes
 from ..rule import Rule
-from .base import (MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, iterations, loop_extent,
-                   walks_contiguously)
+from .analysis import iterations, loop_extent, walks_contiguously
+from .schedule_helpers import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK
 from .injective_lanes import inner_lanes
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...target import vector_lanes
 from ..rule import Rule
-from .base import loop_extent
+from .analysis import loop_extent
 from .injective_lanes import inner_lanes
 
 # at least this many maps (batch x channels) for a task per map; fewer: a task per output row,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...layers.classify import kernel_kind
 from ..choices import choose
 from ..rule import Rule
-from .base import largest_divisor, loop_extent, walks_contiguously
+from .analysis import largest_divisor, loop_extent, walks_contiguously
 
 # Slices of the reduction a matrix-vector product is cut into (split_k_gemv): each a parallel
 # task streaming its rows of the weight. 2 to 16 ran the same on 2 threads.

@@ -7,8 +7,9 @@ from ...layers.classify import kernel_kind
 from ...target import cpu_traits
 from ..choices import choose
 from ..rule import Rule
-from .base import (epilogue_at, is_reduction_iter, largest_divisor, loop_extent, one_reduction,
-                   prologue_per_task, walks_contiguously)
+from .analysis import (is_reduction_iter, largest_divisor, loop_extent, one_reduction,
+                       walks_contiguously)
+from .schedule_helpers import epilogue_at, prologue_per_task
 
 
 def tiled_tile(target) -> tuple[int, int]:

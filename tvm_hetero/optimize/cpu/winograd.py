@@ -8,7 +8,8 @@ from ...layers.classify import kernel_kind
 from ...ops.winograd import OUT_BLOCK, STAGES, is_winograd
 from ...target import vector_lanes
 from ..rule import Rule
-from .base import PACKED_ACCUMULATORS, largest_divisor, packed_tile
+from .analysis import largest_divisor
+from .schedule_helpers import PACKED_ACCUMULATORS, packed_tile
 
 __all__ = ["Winograd", "is_winograd"]
 

@@ -319,7 +319,7 @@ class WindowTiles(Rule):
         from tvm import s_tir
 
         from ...layers.classify import kernel_kind
-        from ..cpu.base import one_reduction
+        from ..cpu.analysis import one_reduction
 
         if kernel_kind(func) not in self.kinds:
             return None
