@@ -8,7 +8,6 @@ computes what the unscheduled kernel computes."""
 import pytest
 import tvm
 
-from tvm_hetero import optimize
 from tvm_hetero.optimize.gpu import gpu_rules
 from tvm_hetero.optimize.gpu.column_gemv import ColumnGemv, choose_config
 from tvm_hetero.optimize.gpu.dlight import DlightRule
@@ -23,13 +22,6 @@ from tvm_hetero.testing.scheduled import estimated_flops
 
 SM_90 = tvm.target.Target(cuda_target("sm_90"))
 SMS = cuda_multiprocessors("sm_90")
-
-
-@pytest.fixture(autouse=True)
-def fresh_table():
-    optimize.reset_table()
-    yield
-    optimize.reset_table()
 
 
 def _func(tensors, kinds):

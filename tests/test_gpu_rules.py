@@ -16,13 +16,6 @@ from tvm_hetero.testing.scheduled import estimated_flops
 SM90 = CUDA_LIMITS["sm_90"].multiprocessors  # 132: an H100/H200's SMs
 
 
-@pytest.fixture(autouse=True)
-def fresh_table():
-    optimize.reset_table()
-    yield
-    optimize.reset_table()
-
-
 def _target(arch="sm_90", **attrs):
     return tvm.target.Target({**cuda_target(arch), **attrs})
 

@@ -19,13 +19,6 @@ from tvm_hetero.testing.scheduled import estimated_flops
 SM_90 = tvm.target.Target(cuda_target("sm_90"))
 
 
-@pytest.fixture(autouse=True)
-def fresh_table():
-    optimize.reset_table()
-    yield
-    optimize.reset_table()
-
-
 def _epilogue(y, epilogue: str, channels: int, extra: list):
     """`y` followed by `epilogue`; the op kinds it adds; its parameters go to `extra`."""
     from tvm import te, topi

@@ -10,7 +10,6 @@ import tvm
 from tvm import relax
 
 import tvm_hetero as th
-from tvm_hetero import optimize
 from tvm_hetero.ops import grouped_conv1x1
 from tvm_hetero.optimize.cpu.grouped_pixels_1x1 import GroupedPixels1x1
 from tvm_hetero.prepare import PrepareConfig
@@ -20,13 +19,6 @@ from test_optimize_kernels import scheduled_and_checked
 
 ZNVER4 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
 AVX2 = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}
-
-
-@pytest.fixture(autouse=True)
-def fresh_table():
-    optimize.reset_table()
-    yield
-    optimize.reset_table()
 
 
 def _shuffle_unit(channels: int, size: int, groups: int):

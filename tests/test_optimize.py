@@ -13,13 +13,6 @@ from tvm_hetero.testing import max_relative_error, random_placement
 from conftest import light, zoo, zoo_direct
 
 
-@pytest.fixture(autouse=True)
-def fresh_table():
-    optimize.reset_table()
-    yield
-    optimize.reset_table()
-
-
 # light:resnet50 (40 s) is slow: the default run has the zoo's resnet and resnet50's rules
 @pytest.mark.parametrize("name", ["mlp", "cnn", "vgg", "resnet", "transformer",
                                   "light:bvlc_alexnet", "light:squeezenet",
@@ -58,7 +51,7 @@ def test_every_cpu_kernel_of_resnet50_is_scheduled(cpu_devices):
 
 
 def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
-    rows = optimize.table_rows()
+    rows = optimize.default_table().rows()
     assert {(f, k) for f, k, _ in rows} == {(f, k) for f in optimize.FAMILIES
                                            for k in LAYER_KINDS}
     by_pair = dict(((f, k), names) for f, k, names in rows)
@@ -85,29 +78,30 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
         seen.append(target.kind.name)
         return func.with_attr("tvm_hetero.rule", "mine")
 
-    optimize.register_rule("cpu", "pooling",
-                           optimize.Rule.from_callable("mine", "test rule", mark))
-    compiled = th.build(zoo("cnn"), "all:cpu", cpu_devices)
+    rules = optimize.default_table().with_rule(
+        "cpu", "pooling", optimize.Rule.from_callable("mine", "test rule", mark))
+    compiled = th.build(zoo("cnn"), "all:cpu", cpu_devices, rules=rules)
     assert seen == ["llvm", "llvm"]  # the two max-pool layers, nothing else
     assert compiled.run(zoo("cnn").random_inputs())[0].shape == (1, 10)
     with pytest.raises(ValueError, match="unknown"):
-        optimize.register_rule("tpu", "conv2d", optimize.Rule.from_callable("x", "x", mark))
+        rules.with_rule("tpu", "conv2d", optimize.Rule.from_callable("x", "x", mark))
 
 
 def test_each_layer_gets_the_rules_of_its_device():
     devices = th.DeviceSet.parse(["cpu", "cuda"])
     used = []
+    rules = optimize.default_table()
     for family in ("cpu", "cuda"):
         def spy(func, target, family=family):
             used.append((family, target.kind.name))
             return None  # pass on to the default rules
 
         for kind in LAYER_KINDS:
-            optimize.register_rule(family, kind, optimize.Rule.from_callable("spy", "spy", spy))
+            rules = rules.with_rule(family, kind, optimize.Rule.from_callable("spy", "spy", spy))
     model = zoo("resnet")
     layers = th.extract_layers(model)
     placement = th.Placement({l.name: devices.names[i % 2] for i, l in enumerate(layers)})
-    th.build(model, placement, devices)
+    th.build(model, placement, devices, rules=rules)
     assert set(used) == {("cpu", "llvm"), ("cuda", "cuda")}
 
 
@@ -117,8 +111,8 @@ def test_a_gpu_kernel_no_rule_schedules_is_an_error():
         rules = rules.with_rules("cuda", kind, [])
     with pytest.raises(th.BuildError, match="would silently run as host code"):
         th.build(zoo("mlp"), "all:cuda", ["cpu", "cuda"], rules=rules)
-    # passed, not patched: the active table still has its GPU rules
-    assert all(optimize.rules_for("cuda", kind) for kind in LAYER_KINDS)
+    # a variant: the default table still has its GPU rules
+    assert all(optimize.default_table().rules_for("cuda", kind) for kind in LAYER_KINDS)
 
 
 def test_optimizations_cli_json(capsys):
@@ -158,14 +152,18 @@ def test_packed_weights_are_repacked_constants_in_the_built_module(cpu_devices):
     target = cpu_devices["cpu"].tvm_target()
     annotated = th.AnnotateDevice(th.Placement.all_on(th.extract_layers(model), "cpu"),
                                   th.DeviceSet([cpu_devices["cpu"]]))(layered_module(model))
+    optimize_layers = optimize.OptimizeLayers(optimize.default_table())
     with target:
-        scheduled = optimize.OptimizeLayers()(annotated)
+        scheduled = optimize_layers(annotated)
     packed = {gv.name_hint: func.attrs[PACKED_WEIGHTS_ATTR] for gv, func in
               scheduled.functions_items() if isinstance(func, tvm.tirx.PrimFunc)
               and func.attrs is not None and PACKED_WEIGHTS_ATTR in func.attrs
               and kernel_kind(func) == "conv2d"}  # (not packed-matmul's weight panels)
     # AlexNet's three grouped convolutions (its direct ones run blocked)
     assert len(packed) == 3
+    # what the pass chose is on it once run: packed-weights for exactly those three
+    assert sorted(k for k, rule in optimize_layers.chosen.items()
+                  if rule == "packed-weights") == sorted(packed)
     weights = [arg for binding in main_bindings(scheduled)
                if isinstance(binding.value, tvm.relax.Call) and len(binding.value.args) > 1
                and isinstance(binding.value.args[0], tvm.ir.GlobalVar)

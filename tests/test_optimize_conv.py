@@ -6,20 +6,12 @@ import numpy as np
 import pytest
 import tvm
 
-from tvm_hetero import optimize
 from tvm_hetero.ops.conv2d_nchwc import depthwise_conv2d_nchwc
 from tvm_hetero.optimize.cpu import DepthwiseNCHWc, DepthwiseRows
 from tvm_hetero.optimize.pass_ import optimize_function
 from tvm_hetero.relax_ir import OP_KINDS_ATTR
 
 from test_optimize_kernels import _run, scheduled_and_checked
-
-
-@pytest.fixture(autouse=True)
-def fresh_table():
-    optimize.reset_table()
-    yield
-    optimize.reset_table()
 
 
 def _depthwise(channels: int, size: int, window: int, stride: int, epilogue: str):

@@ -6,16 +6,8 @@ import pytest
 import tvm
 from tvm.script import tirx as T
 
-from tvm_hetero import optimize
 from tvm_hetero.optimize.pass_ import optimize_function
 from tvm_hetero.testing import suite
-
-
-@pytest.fixture(autouse=True)
-def fresh_table():
-    optimize.reset_table()
-    yield
-    optimize.reset_table()
 
 
 def _target(mcpu: str = "znver4"):

@@ -16,13 +16,6 @@ from tvm_hetero.target import vector_lanes
 from conftest import zoo
 
 
-@pytest.fixture(autouse=True)
-def fresh_table():
-    optimize.reset_table()
-    yield
-    optimize.reset_table()
-
-
 def _target(mcpu):
     import tvm
 

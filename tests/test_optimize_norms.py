@@ -7,15 +7,7 @@ import pytest
 import tvm
 
 import tvm_hetero as th
-from tvm_hetero import optimize
 from tvm_hetero.testing import max_relative_error, suite
-
-
-@pytest.fixture(autouse=True)
-def fresh_table():
-    optimize.reset_table()
-    yield
-    optimize.reset_table()
 
 
 def _rms_norm(shape, reciprocal: bool):

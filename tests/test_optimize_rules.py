@@ -12,13 +12,6 @@ from tvm_hetero.optimize import table
 from tvm_hetero.optimize.cpu.packed_weights import tiled_fits_better
 
 
-@pytest.fixture(autouse=True)
-def fresh_table():
-    optimize.reset_table()
-    yield
-    optimize.reset_table()
-
-
 def _add(rows: int = 512):
     @T.prim_func(private=True, s_tir=True)
     def add(a: T.Buffer((rows, 512), "float32"), b: T.Buffer((rows, 512), "float32"),
@@ -59,9 +52,10 @@ def test_the_catch_all_rules_come_last():
 
 
 def test_packed_weights_yields_to_tiled_in_the_table_itself():
-    packed = next(r for r in optimize.rules_for("cpu", "conv2d") if r.name == "packed-weights")
+    conv2d = optimize.default_table().rules_for("cpu", "conv2d")
+    packed = next(r for r in conv2d if r.name == "packed-weights")
     assert packed.prefer_other is tiled_fits_better
-    names = [r.name for r in optimize.rules_for("cpu", "conv2d")]
+    names = [r.name for r in conv2d]
     assert names.index("packed-weights") < names.index("tiled")
 
 
@@ -79,8 +73,9 @@ def test_a_new_rule_class_is_used_once_named_in_the_table():
     assert rules.rules_for("cpu", "elementwise")[0].name == "every-add"
     func, rule = optimize.optimize_function(_add(), _llvm(), rules=rules)
     assert rule == "every-add" and int(func.attrs["tvm_hetero.marked"]) == 1
-    # passed, not registered: what is given no table does not see it
+    # passed: what is given no table gets the default rules, without it
     assert optimize.optimize_function(_add(), _llvm())[1] != "every-add"
+    assert table.resolve_table(None).is_default
 
 
 def test_a_table_is_a_value_and_its_variants_are_new_tables():
@@ -119,20 +114,6 @@ def test_a_table_is_a_value_and_its_variants_are_new_tables():
         optimize.optimize_function(_add(), _llvm(), rules={("cpu", "elementwise"): []})
 
 
-def test_register_rule_changes_the_active_table_only():
-    mine = optimize.Rule.from_callable("mine", "mine", lambda f, t: None,
-                                       kinds=("pooling",), families=("cpu",))
-    before = optimize.active_table()
-    optimize.register_rule("cpu", "pooling", mine)
-    assert optimize.active_table().rules_for("cpu", "pooling")[0] is mine
-    assert optimize.rules_for("cpu", "pooling")[0] is mine
-    assert before.rules_for("cpu", "pooling")[0] is not mine  # a table never changes
-    assert optimize.default_table().rules_for("cpu", "pooling")[0] is not mine
-    assert not optimize.active_table().is_default
-    optimize.reset_table()
-    assert optimize.active_table().is_default
-
-
 def _exp():
     @T.prim_func(private=True, s_tir=True)
     def exp(a: T.Buffer((512, 512), "float32"), y: T.Buffer((512, 512), "float32")):
@@ -153,26 +134,31 @@ def test_the_vector_exp_is_an_option_of_the_table():
     assert rule_without == rule and "T.exp(" in plain.script()
 
 
-def test_a_rule_is_registered_only_where_it_serves():
+def test_a_rule_is_added_only_where_it_serves():
     rule = optimize.Rule.from_callable("pools", "pools only", lambda f, t: None,
                                        kinds=("pooling",), families=("cpu",))
-    optimize.register_rule("cpu", "pooling", rule)
+    defaults = optimize.default_table()
+    assert defaults.with_rule("cpu", "pooling", rule).rules_for("cpu", "pooling")[0] is rule
     with pytest.raises(ValueError, match="serves kinds"):
-        optimize.register_rule("cpu", "conv2d", rule)
+        defaults.with_rule("cpu", "conv2d", rule)
     with pytest.raises(ValueError, match="serves kinds"):
-        optimize.register_rule("cuda", "pooling", rule)
+        defaults.with_rule("cuda", "pooling", rule)
 
 
 def _raising(func, target):
     raise RuntimeError("index out of range in my schedule")
 
 
+def _with_broken_rule():
+    """The default table with a rule that raises tried first for CPU elementwise kernels."""
+    return optimize.default_table().with_rule(
+        "cpu", "elementwise", optimize.Rule.from_callable("broken", "raises", _raising))
+
+
 def test_a_raising_rule_is_one_warning_in_use_then_the_next_rule(monkeypatch, caplog):
     monkeypatch.delenv(optimize.STRICT_RULES_ENV, raising=False)
-    optimize.register_rule("cpu", "elementwise",
-                           optimize.Rule.from_callable("broken", "raises", _raising))
     with caplog.at_level(logging.DEBUG, logger="tvm_hetero.optimize"):
-        _, rule = optimize.optimize_function(_add(), _llvm(), "fused_add")
+        _, rule = optimize.optimize_function(_add(), _llvm(), "fused_add", _with_broken_rule())
     assert rule == "injective-lanes"  # the next rule that fits
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1
@@ -182,10 +168,8 @@ def test_a_raising_rule_is_one_warning_in_use_then_the_next_rule(monkeypatch, ca
 
 def test_a_raising_rule_fails_in_strict_mode(monkeypatch):
     monkeypatch.setenv(optimize.STRICT_RULES_ENV, "1")
-    optimize.register_rule("cpu", "elementwise",
-                           optimize.Rule.from_callable("broken", "raises", _raising))
     with pytest.raises(th.BuildError, match="rule broken raised on kernel fused_add: .*index"):
-        optimize.optimize_function(_add(), _llvm(), "fused_add")
+        optimize.optimize_function(_add(), _llvm(), "fused_add", _with_broken_rule())
 
 
 def test_the_tests_run_in_strict_mode():
@@ -205,8 +189,6 @@ def test_vector_lanes_follow_the_targets_mcpu(mcpu, expected):
 def test_a_kernel_written_already_scheduled_is_left_as_written():
     # the frontend's index checks carry tir.is_scheduled; a rule would fail on their buffers
     func = _add().with_attr("tir.is_scheduled", True)
-    optimize.register_rule("cpu", "elementwise",
-                           optimize.Rule.from_callable("broken", "raises", _raising))
-    scheduled, rule = optimize.optimize_function(func, _llvm(), "guard")
+    scheduled, rule = optimize.optimize_function(func, _llvm(), "guard", _with_broken_rule())
     assert rule == "as-written"
     assert scheduled.same_as(func)

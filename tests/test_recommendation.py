@@ -7,7 +7,7 @@ import pytest
 
 import tvm_hetero as th
 from tvm_hetero.build.memory import fits, memory_use
-from tvm_hetero.optimize import rules_for
+from tvm_hetero.optimize import default_table
 from tvm_hetero.search import candidates
 from tvm_hetero.testing import max_relative_error, onnx_reference
 from tvm_hetero.testing.recommendation import SMALL, recommendation_model
@@ -89,7 +89,7 @@ def test_split_builds_for_sm_90_with_gpu_rules(small):
     assert {layer.name for layer in layers if layer.kind == "matmul"} <= set(on_cuda)
     for layer in layers:
         if layer.name in on_cuda:
-            allowed = {rule.name for rule in rules_for("cuda", layer.kind)}
+            allowed = {rule.name for rule in default_table().rules_for("cuda", layer.kind)}
             assert on_cuda[layer.name] in allowed, (layer.name, on_cuda[layer.name])
             if layer.kind == "matmul":  # a matrix product as a GEMM or GEMV, not one thread
                 assert on_cuda[layer.name] not in ("dlight.gpu.Fallback",

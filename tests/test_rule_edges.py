@@ -29,13 +29,6 @@ if not any(name in os.environ for name in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")
 RUNS = 3
 
 
-@pytest.fixture(autouse=True)
-def fresh_table():
-    optimize.reset_table()
-    yield
-    optimize.reset_table()
-
-
 @pytest.fixture(scope="module")
 def devices():
     return th.DeviceSet.parse(["cpu"])

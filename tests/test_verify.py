@@ -1,9 +1,9 @@
-"""The independent reference (issue 30, item 4): what `tune` checks candidates against, and what
-`compile --verify` checks a library against, shares no code with the rules under test.
+"""The independent reference: what `tune` checks candidates against, and what `compile --verify`
+checks a library against, shares no code with the rules under test.
 
 A deliberately wrong rule (`test-zeros`: the reduction kernel writes zeros, on the `cpu`
-device only) is registered through the rule table; with a reference built by the same rules it
-would agree with itself."""
+device only) is added to a variant of the default table that the builds are given; with a
+reference built by the same rules it would agree with itself."""
 
 import functools
 import logging
@@ -21,7 +21,7 @@ from tvm_hetero.cli.main import main
 from tvm_hetero.search.records import header_path
 from tvm_hetero.devices import GENERIC_X86_MCPU
 from tvm_hetero.measure import ErrorKind, LocalBuilder, LocalRunner, MeasureTask, Measurer, worker
-from tvm_hetero.optimize import Rule, register_rule, reset_table, rules_for
+from tvm_hetero.optimize import Rule, default_table
 from tvm_hetero.search import tune
 from tvm_hetero.measure.reference import DEFAULT_LOOPS, ONNXRUNTIME, reference_outputs
 
@@ -53,27 +53,22 @@ class ZerosRule(Rule):
         return tvm_ffi.structural_map(func, [(tirx.BufferStore, zero)])
 
 
-def with_zeros_rule():
-    """Register the wrong rule in this process, once."""
-    if not any(rule.name == ZerosRule.name for rule in rules_for("cpu", "reduction")):
-        register_rule("cpu", "reduction", ZerosRule())
+def zeros_table():
+    """The default table with the wrong rule tried first for CPU reductions."""
+    return default_table().with_rule("cpu", "reduction", ZerosRule())
 
 
 def build_with_zeros_rule(*args):
-    """The builder workers' f_build: the wrong rule registered there too (as a user's own rule
-    registered on import would be), then the real build."""
-    with_zeros_rule()
-    return worker.build_candidate(*args)
+    """The builder workers' f_build: the real build, given the table with the wrong rule."""
+    return worker.build_candidate(*args, rules=zeros_table())
 
 
 @pytest.fixture
-def zeros_rule():
-    """The wrong rule in this process's table, and in the build workers' (this module travels
-    to them by value: the workers cannot import the tests)."""
+def workers_get_zeros_rule():
+    """Builder workers can run `build_with_zeros_rule`: this module travels to them by value
+    (the workers cannot import the tests)."""
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    with_zeros_rule()
     yield
-    reset_table()
     cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
@@ -113,23 +108,23 @@ def relax_model():
 
 def the_rules_kernel(model, devices):
     """The kernel the wrong rule schedules in an all-`cpu` build."""
-    rules = th.build(model, "all:cpu", devices).stats.rules
+    rules = th.build(model, "all:cpu", devices, rules=zeros_table()).stats.rules
     (kernel,) = [k for k, rule in rules.items() if rule == ZerosRule.name]
     return kernel
 
 
-def test_the_wrong_rule_computes_wrong_answers(zeros_rule, devices):
+def test_the_wrong_rule_computes_wrong_answers(devices):
     """The premise: built with the rules, `cpu` gives sigmoid(0) everywhere."""
     model = th.load_model(reduce_model())
     inputs = model.random_inputs(0)
-    (wrong,) = th.build(model, "all:cpu", devices).run(inputs)
+    (wrong,) = th.build(model, "all:cpu", devices, rules=zeros_table()).run(inputs)
     np.testing.assert_allclose(wrong, 0.5)
-    (right,) = th.build(model, "all:cpu-generic", devices).run(inputs)
+    (right,) = th.build(model, "all:cpu-generic", devices, rules=zeros_table()).run(inputs)
     np.testing.assert_allclose(right, expected(inputs)[0], rtol=1e-5)
 
 
 def test_the_reference_is_onnxruntime_for_onnx_and_the_no_rules_build_for_relax(
-        zeros_rule, devices, tmp_path):
+        devices, tmp_path):
     model = th.load_model(reduce_model())
     inputs = model.random_inputs(0)
     ort = reference_outputs(model, devices, inputs)
@@ -141,7 +136,6 @@ def test_the_reference_is_onnxruntime_for_onnx_and_the_no_rules_build_for_relax(
     loops = reference_outputs(relax, devices, inputs)
     assert loops.kind == DEFAULT_LOOPS and loops.label == "TVM's default loops on cpu"
     assert loops.detail == "not an ONNX model"
-    # the wrong rule is in the table, and the reference does not use it
     np.testing.assert_allclose(loops.outputs[0], expected(inputs)[0], rtol=1e-5)
 
     # the tasks `tune` measures against
@@ -174,10 +168,14 @@ def test_a_model_onnxruntime_refuses_falls_back_to_the_no_rules_build(devices, m
     np.testing.assert_allclose(reference.outputs[0], expected(inputs)[0], rtol=1e-5)
 
 
-def test_compile_verify_names_the_kernel_and_its_rule(zeros_rule, devices, onnx_path,
-                                                      tmp_path, capsys):
+def test_compile_verify_names_the_kernel_and_its_rule(devices, onnx_path, tmp_path, capsys,
+                                                      monkeypatch):
     kernel = the_rules_kernel(th.load_model(onnx_path), devices)
     lib = tmp_path / "model.so"
+    compile_model = api.compile_model
+    # the command line has no table of its own: its compile is given the one with the wrong rule
+    monkeypatch.setattr(api, "compile_model",
+                        functools.partial(compile_model, rules=zeros_table()))
     code = main(["compile", onnx_path, "-d", "cpu", "-d", "cpu-generic", "-p", "all:cpu",
                  "-o", str(lib), "--verify"])
     _, err = capsys.readouterr()
@@ -193,13 +191,15 @@ def test_compile_verify_names_the_kernel_and_its_rule(zeros_rule, devices, onnx_
     # a Relax module: checked against the no-rules build, the same culprit
     with pytest.raises(th.VerificationError, match=r"output 0 differs from TVM's default loops "
                        rf"on cpu by \d+%.*kernel {kernel} \(rule test-zeros\)"):
-        api.compile_model(relax_model(), devices, str(lib), placement="all:cpu", verify=True)
+        compile_model(relax_model(), devices, str(lib), placement="all:cpu", verify=True,
+                      rules=zeros_table())
 
     # where the rule declines (the reduction on cpu-generic), the library verifies
     layers = th.extract_layers(th.load_model(onnx_path))
     placement = th.Placement({layer.name: "cpu-generic" if layer.kind == "reduction" else "cpu"
                               for layer in layers})
-    result = api.compile_model(onnx_path, devices, str(lib), placement=placement, verify=True)
+    result = compile_model(onnx_path, devices, str(lib), placement=placement, verify=True,
+                           rules=zeros_table())
     assert result.verification.reference.kind == ONNXRUNTIME
     assert result.verification.max_error < 1e-4
     assert result.to_json()["verified"]["reference"].startswith("onnxruntime")
@@ -215,9 +215,9 @@ def test_compile_verify_passes_with_the_default_rules(onnx_path, tmp_path, capsy
     assert "verified against onnxruntime" in out and lib.exists()
 
 
-def test_tune_marks_candidates_using_the_wrong_rule_as_wrong_output(zeros_rule, devices,
-                                                                    onnx_path, tmp_path):
-    """Built in worker processes (the rule registered there too) and checked against
+def test_tune_marks_candidates_using_the_wrong_rule_as_wrong_output(workers_get_zeros_rule,
+                                                                    devices, onnx_path, tmp_path):
+    """Built in worker processes (given the table with the rule) and checked against
     onnxruntime: the candidates whose reduction runs on `cpu` are wrong output; with a
     reference built by the same rules on `cpu` they would pass and the others fail."""
     task = MeasureTask.create(onnx_path, devices, str(tmp_path / "task"))
@@ -243,8 +243,8 @@ def test_tune_marks_candidates_using_the_wrong_rule_as_wrong_output(zeros_rule, 
             assert result.ok and result.max_error < 1e-4, result
 
 
-def test_tune_names_the_device_whose_every_candidate_disagrees(zeros_rule, onnx_path, tmp_path,
-                                                               monkeypatch, caplog):
+def test_tune_names_the_device_whose_every_candidate_disagrees(workers_get_zeros_rule, onnx_path,
+                                                               tmp_path, monkeypatch, caplog):
     import json
 
     import tvm_hetero.measure

@@ -19,7 +19,7 @@ import tvm_hetero as th
 from tvm_hetero import optimize
 from tvm_hetero.testing import max_relative_error
 
-for family, kind, rules in optimize.table_rows()[:7]:
+for family, kind, rules in optimize.default_table().rows()[:7]:
     print(f"{family:<5} {kind:<14} {', '.join(rules)}")
 
 ######################################################################
@@ -46,9 +46,10 @@ class ParallelPooling(optimize.Rule):
         return sch.mod["main"]
 
 
-# At run time: first for (cpu, pooling). In the package itself a rule is one file under
-# tvm_hetero/optimize/cpu/ and one line in optimize/table.py's default_table().
-optimize.register_rule("cpu", "pooling", ParallelPooling())
+# A table is a value (``optimize.RuleTable``): derive one from the defaults with the rule first
+# for (cpu, pooling), as TVM's dlight takes its rules as a list. In the package itself a rule is
+# one file under tvm_hetero/optimize/cpu/ and one line in optimize/table.py's default_table().
+table = optimize.default_table().with_rule("cpu", "pooling", ParallelPooling())
 
 ######################################################################
 # Build with it
@@ -58,34 +59,28 @@ model = th.load_model("zoo:cnn")
 devices = th.DeviceSet.parse(["cpu"])
 inputs = model.random_inputs()
 reference = th.build(model, "all:cpu", devices, optimize=False).run(inputs)
-compiled = th.build(model, "all:cpu", devices)
+compiled = th.build(model, "all:cpu", devices, rules=table)
 print(f"rule used {len(used)} times (layers: "
       f"{[l.name for l in th.extract_layers(model) if l.kind == 'pooling']})")
 assert used == ["llvm", "llvm"]
+assert list(compiled.stats.rules.values()).count("parallel-pooling") == 2
 error = max_relative_error(compiled.run(inputs), reference)
 print(f"relative error against TVM's default loops: {error:.1e}")
 assert error < 1e-5
 
-optimize.reset_table()  # back to the defaults
-
 ######################################################################
-# Or pass a table
-# ---------------
-# A table is a value (``optimize.RuleTable``): derive one from the defaults and give it to the
-# build, as TVM's dlight takes its rules as a list. The active table, which builds given no
-# table use, is left as it is.
+# Only where it is given
+# ----------------------
+# There is no process-wide table: a build given no table uses the default rules.
 used.clear()
-table = optimize.default_table().with_rule("cpu", "pooling", ParallelPooling())
-compiled = th.build(model, "all:cpu", devices, rules=table)
-assert used == ["llvm", "llvm"]
-assert list(compiled.stats.rules.values()).count("parallel-pooling") == 2
-assert "parallel-pooling" not in [rule.name for rule in optimize.rules_for("cpu", "pooling")]
-print("with the table passed:", sorted(set(compiled.stats.rules.values()) - {None}))
+compiled = th.build(model, "all:cpu", devices)
+assert used == [] and "parallel-pooling" not in compiled.stats.rules.values()
+print("without the table:", sorted(set(compiled.stats.rules.values()) - {None}))
 
 ######################################################################
 # Summary
 # -------
-# ``optimize.register_rule(family, kind, rule)`` puts a rule first for one (device kind, layer
-# kind) pair it serves in the active table; every build, every measured candidate and every
-# profile given no table of its own then uses it. ``th.build(..., rules=table)`` uses the table
-# given (``default_table()`` and its ``with_rule``, ``without``, ``with_fast_exp`` variants).
+# ``optimize.default_table().with_rule(family, kind, rule)`` puts a rule first for one (device
+# kind, layer kind) pair it serves; ``th.build(..., rules=table)`` (and ``th.tune_kernels``,
+# ``api.compile_model``) schedule with the table given, the default rules where none is
+# (``default_table()`` and its ``with_rule``, ``without``, ``with_fast_exp`` variants).

@@ -97,15 +97,17 @@ def device_status(devices: DeviceSet | Sequence[str], *, model: Any = None,
 # -- optimizations -----------------------------------------------------------------------------
 
 def optimization_table() -> list[tuple[str, str, list[str]]]:
-    """The optimization table: (device family, layer kind, rule names in the order tried)."""
-    from ..optimize import table_rows
+    """The default optimization table: (device family, layer kind, rule names in the order
+    tried)."""
+    from ..optimize import default_table
 
-    return table_rows()
+    return default_table().rows()
 
 
 def optimization_rules() -> dict[str, str]:
-    """Every rule of the table, by name: its description."""
-    from ..optimize import rules_for
+    """Every rule of the default table, by name: its description."""
+    from ..optimize import default_table
 
-    return {rule.name: rule.description for family, kind, _ in optimization_table()
-            for rule in rules_for(family, kind)}
+    table = default_table()
+    return {rule.name: rule.description for family, kind, _ in table.rows()
+            for rule in table.rules_for(family, kind)}

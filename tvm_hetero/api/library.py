@@ -128,7 +128,7 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
     rules : RuleTable, optional
         The optimization table (:func:`tvm_hetero.optimize.default_table` or a variant of it)
         the build, the tuning comparisons and the verification's rebuilds use; None, the
-        default: the active table.
+        default: the default table.
 
     Returns
     -------

@@ -24,8 +24,10 @@ from __future__ import annotations
 import logging
 import re
 
-from ..layers.classify import classify_bindings
+import tvm
+
 from ..errors import PlacementError
+from ..layers.classify import classify_bindings
 from ..relax_ir import HOST_ALLOCATING, host_builtin, is_layered, substitute_vars
 
 logger = logging.getLogger(__name__)
@@ -257,8 +259,9 @@ def used_devices(placement, devices):
     return DeviceSet([dev for dev in devices if dev.name in used])
 
 
-def AnnotateDevice(placement, devices, lift_weights: bool = False):  # noqa: N802 (TVM pass style)
-    """Create the pass that annotates every layer with its device.
+@tvm.transform.module_pass(opt_level=0, name="tvm_hetero.AnnotateDevice")
+class AnnotateDevice:
+    """The pass that annotates every layer with its device; it returns a new module.
 
     Parameters
     ----------
@@ -270,23 +273,20 @@ def AnnotateDevice(placement, devices, lift_weights: bool = False):  # noqa: N80
         Lift weights read on devices other than the first into ``hetero_weights()``, which
         returns them on their devices; ``main`` then takes them after the model inputs.
 
-    Returns
-    -------
-    tvm.transform.Pass
-        A module pass (``opt_level=0``) returning a new module.
-
     Raises
     ------
     PlacementError
-        If the module is not layered, or the placement does not match its layers or devices.
+        When run on a module that is not layered, or whose layers or devices the placement
+        does not match.
     """
-    tvm, _ = _import_tvm()
 
-    @tvm.transform.module_pass(opt_level=0, name="tvm_hetero.AnnotateDevice")
-    def annotate_device(mod, _ctx):
+    def __init__(self, placement, devices, lift_weights: bool = False):
+        self.placement = placement
+        self.devices = devices
+        self.lift_weights = lift_weights
+
+    def transform_module(self, mod, _ctx):
         if not is_layered(mod):
             raise PlacementError("AnnotateDevice needs a layered module (every op of 'main' a "
                                  "call_tir): run tvm_hetero.prepare(mod) first")
-        return _Rewrite(mod, placement, devices, lift_weights).run()
-
-    return annotate_device
+        return _Rewrite(mod, self.placement, self.devices, self.lift_weights).run()

@@ -5,8 +5,8 @@ the Relax VM lowering passes -> VM codegen -> one ``tirx.build`` per distinct ta
 into one library. TVM 0.27 compiles all LLVM kernels of one ``tirx.build`` with ONE target even
 when their ``target`` attributes differ, so kernels are built per target here and the modules
 imported into the first (``VMLink``); each layer's machine code is then its own device's.
-What the build returns, a :class:`~tvm_hetero.build.runtime.CompiledModel`, runs, times and exports it
-(:mod:`tvm_hetero.build.runtime`).
+What the build returns, a :class:`~tvm_hetero.build.runtime.CompiledModel`, runs, times and
+exports it (:mod:`tvm_hetero.build.runtime`).
 """
 
 from __future__ import annotations
@@ -18,19 +18,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from . import cuda_cache
 from .._native import native_log_to_logging
-from .annotate import AnnotateDevice, used_devices
 from ..devices import DeviceSet, host_target_dict, use_every_cpu_thread
 from ..errors import BuildError, error_message
 from ..frontend.load import load_model
-from ..layers.layered import cpu_only_on_a_cpu, layered_module, placed_module
 from ..layers.extract import extract_layers
-from ..optimize import RuleTable, schedule_passes
+from ..layers.layered import cpu_only_on_a_cpu, layered_module, placed_module
+from ..optimize import OptimizeLayers, RuleTable, schedule_passes
 from ..optimize.metaschedule import KernelTuningDatabase
 from ..placement import Placement
 from ..prepare import PrepareConfig
 from ..relax_ir import main_bindings
+from . import cuda_cache
+from .annotate import AnnotateDevice, used_devices
 from .runtime import KERNELS_KEY, META_FORMAT, META_FUNC, META_VERSION, CompiledModel
 
 logger = logging.getLogger(__name__)
@@ -267,8 +267,7 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
     rules : RuleTable, optional
         With `optimize`: the optimization table scheduling the kernels
         (``optimize.default_table()`` or a variant of it, e.g.
-        ``default_table().without("tiled")``); None, the default: the active table (the
-        default rules plus any ``optimize.register_rule`` added).
+        ``default_table().without("tiled")``); None, the default: the default table.
 
     Returns
     -------
@@ -325,9 +324,16 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
         tuning.stale.clear()
     try:
         with host:
-            scheduled = tvm.transform.Sequential(
-                schedule_passes(devices, optimize, tuning, stats.rules, stats.tuned_choices,
-                                unscheduled, rules) + list(extra_passes or []))(annotated)
+            scheduling = schedule_passes(devices, optimize, tuning, unscheduled, rules)
+            try:
+                scheduled = tvm.transform.Sequential(scheduling)(annotated)
+            finally:  # what scheduling chose, known to the extra passes and when it fails
+                for step in scheduling:
+                    if isinstance(step, OptimizeLayers):
+                        stats.rules.update(step.chosen)
+                        stats.tuned_choices.update(step.tuned_choices)
+            if extra_passes:
+                scheduled = tvm.transform.Sequential(list(extra_passes))(scheduled)
             # what a profile of the library needs, once the rules are known
             meta[KERNELS_KEY] = _kernel_meta(layered, annotated, scheduled, devices,
                                              stats.rules)

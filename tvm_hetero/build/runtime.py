@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from . import cuda_cache
-from .annotate import WEIGHTS_FUNC
 from ..devices import DeviceSet, use_every_cpu_thread
 from ..errors import BuildError, DeviceError, InputError, ModelError, error_message
 from ..frontend.load import InputSpec
 from ..frontend.onnx.index_guard import OUT_OF_RANGE
 from ..placement import Placement
+from . import cuda_cache
+from .annotate import WEIGHTS_FUNC
 
 if TYPE_CHECKING:
     from .profile import KernelProfile

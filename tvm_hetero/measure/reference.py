@@ -281,7 +281,7 @@ def verify_build(model, placement, devices, compiled, rules: dict[str, str | Non
         Computed when not given.
     rule_table : RuleTable, optional
         The optimization table the build used (``build(..., rules=...)``; rebuilds use it
-        too). None: the active table.
+        too). None: the default table.
 
     Returns
     -------

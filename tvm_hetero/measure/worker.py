@@ -39,8 +39,9 @@ def _model(model_file: str, input_shapes: dict[str, tuple[int, ...]]):
 
 
 def build_candidate(model_file: str, input_shapes: dict, devices_json: list,
-                    placement: dict[str, str], out_path: str) -> float:
-    """Build one placement and export it to `out_path`; returns the build seconds."""
+                    placement: dict[str, str], out_path: str, rules=None) -> float:
+    """Build one placement and export it to `out_path`; returns the build seconds. `rules`:
+    the optimization table (None: the default table)."""
     from ..build.compile import KernelCache, build
     from ..devices import DeviceSet
     from ..placement import Placement
@@ -50,7 +51,7 @@ def build_candidate(model_file: str, input_shapes: dict, devices_json: list,
     kernels = _KERNELS.setdefault(model_file, KernelCache())
     start = time.perf_counter()
     compiled = build(model, Placement(placement), DeviceSet.from_json(devices_json),
-                     kernel_cache=kernels)
+                     kernel_cache=kernels, rules=rules)
     tmp = out_path + ".partial.so"
     compiled.export_library(tmp)
     os.replace(tmp, out_path)

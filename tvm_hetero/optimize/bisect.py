@@ -53,7 +53,7 @@ def locate_rules(model, placement, devices, inputs: dict[str, np.ndarray],
     tuning : KernelTuningDatabase, optional
         The tuning database the build used; the rebuilds use it too.
     rule_table : RuleTable, optional
-        The optimization table the build used; the rebuilds use it too (None: the active one).
+        The optimization table the build used; the rebuilds use it too (None: the default table).
 
     Returns
     -------

@@ -8,7 +8,7 @@ import numpy as np
 from ..devices import Device, DeviceSet, use_every_cpu_thread
 from ..errors import ModelError
 from ..frontend.onnx.index_guard import BOUNDS_PARAM_ATTR
-from .pass_ import schedule_passes
+from .pass_ import OptimizeLayers, schedule_passes
 
 
 def _random_tensor(shape, dtype, dev, rng, low: int = 0, high: int = 4):
@@ -32,16 +32,21 @@ def _bounds_param(func) -> int | None:
 def schedule_kernel(func, device: Device, chosen: dict | None = None, rules=None):
     """A layer's PrimFunc alone in a module, scheduled by the rules the placed executable's
     kernels get on `device` (``main``). `chosen` receives ``{"main": rule name}``; `rules` is
-    the optimization table (a :class:`~tvm_hetero.optimize.table.RuleTable`; None: the active
+    the optimization table (a :class:`~tvm_hetero.optimize.table.RuleTable`; None: the default
     table)."""
     import tvm
 
     target = device.tvm_target()
     mod = tvm.IRModule({"main": func.with_attr("target", target)
                         .with_attr("global_symbol", "main")})
+    passes = schedule_passes(DeviceSet([device]), rules=rules)
     with target:
-        return tvm.transform.Sequential(schedule_passes(DeviceSet([device]), chosen=chosen,
-                                                        rules=rules))(mod)
+        scheduled = tvm.transform.Sequential(passes)(mod)
+    if chosen is not None:
+        for step in passes:
+            if isinstance(step, OptimizeLayers):
+                chosen.update(step.chosen)
+    return scheduled
 
 
 def build_kernel(scheduled, device: Device):
@@ -56,7 +61,7 @@ def kernel_for(func, device: Device, chosen: dict | None = None, rules=None):
     executable's kernels get: ``(library, scheduled PrimFunc)`` (a rule may change the
     parameters' layout: time the library with the scheduled function's parameters).
     `chosen` receives ``{"main": rule name}``; `rules` is the optimization table (None: the
-    active table)."""
+    default table)."""
     scheduled = schedule_kernel(func, device, chosen, rules)
     return build_kernel(scheduled, device), scheduled["main"]
 

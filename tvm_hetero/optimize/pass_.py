@@ -1,8 +1,8 @@
 """The OptimizeLayers pass: every kernel scheduled by the table's rules for its own device.
 
-The table is passed in (``rules``, a :class:`~tvm_hetero.optimize.table.RuleTable`); None is
-the active table (:func:`~tvm_hetero.optimize.table.active_table`: the default rules and any
-added by ``register_rule``).
+The table is passed in (``rules``, a :class:`~tvm_hetero.optimize.table.RuleTable`; None is
+:func:`~tvm_hetero.optimize.table.default_table`). What the pass chose for each kernel is on
+the pass object once it has run (``chosen``, ``tuned_choices``).
 
 Each layer's kernel is scheduled by the rules of ITS device: in a CPU + CUDA module a CPU
 layer and a CUDA layer get different rules. Rules are tried in order; the first that returns a
@@ -20,6 +20,9 @@ from __future__ import annotations
 import logging
 import os
 from typing import Collection
+
+import tvm
+from tvm import tirx
 
 from ..errors import BuildError, error_message
 from ..layers.classify import kernel_kind
@@ -52,7 +55,7 @@ def strict_rules() -> bool:
 
 def optimize_function(func, target, name: str = "main", rules: RuleTable | None = None):
     """Schedule one kernel (called `name` in messages) by the rules of its (family, kind) in
-    `rules` (None: the active table); returns ``(func, rule name or None)``."""
+    `rules` (None: the default table); returns ``(func, rule name or None)``."""
     if func.attrs is not None and bool(func.attrs.get("tir.is_scheduled", False)):
         return func, AS_WRITTEN
     table = resolve_table(rules)
@@ -93,9 +96,8 @@ def optimize_function(func, target, name: str = "main", rules: RuleTable | None 
     return func, None
 
 
-def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM pass style)
-                   tuned_choices: dict | None = None, unscheduled: Collection[str] = (),
-                   rules: RuleTable | None = None):
+@tvm.transform.module_pass(opt_level=0, name="tvm_hetero.OptimizeLayers")
+class OptimizeLayers:
     """A module pass scheduling every PrimFunc that has a target by its (family, kind) rules.
 
     A kernel scheduled with a packed weight (the ``packed-weights`` rule) changes its weight
@@ -104,32 +106,40 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM p
 
     Parameters
     ----------
+    rules : RuleTable, optional
+        The optimization table (:func:`~tvm_hetero.optimize.table.default_table` or a variant
+        of it); None: the default table.
     tuning : KernelTuningDatabase, optional
         Kernels tuned there (and measured faster than `rules`' rules, in a comparison made
         under that same table) take their tuned schedule, or their rule with the choices
         measured fastest there.
-    chosen : dict, optional
-        Filled with ``{kernel name: rule name}`` (``"meta-schedule"`` for tuned kernels,
-        None where TVM's default loops stay).
-    tuned_choices : dict, optional
-        Filled with ``{kernel name: {choice: option}}`` for the kernels scheduled with the
-        choices `tuning` measured fastest.
     unscheduled : collection of str, optional
         Names of CPU kernels that keep TVM's default loops whatever the table and `tuning`
         say (verification switches rules off kernel by kernel to find the one at fault);
         GPU kernels are scheduled regardless.
-    rules : RuleTable, optional
-        The optimization table (:func:`~tvm_hetero.optimize.table.default_table` or a variant
-        of it); None, the default: the active table, as it is when the pass is made.
+
+    Attributes
+    ----------
+    chosen : dict of str to str or None
+        Of the module the pass last ran on: ``{kernel name: rule name}`` (``"meta-schedule"``
+        for tuned kernels, None where TVM's default loops stay), filled as the kernels are
+        scheduled (so it holds those done when a later kernel fails the build).
+    tuned_choices : dict of str to dict
+        ``{kernel name: {choice: option}}`` for the kernels scheduled with the choices
+        `tuning` measured fastest.
     """
-    import tvm
-    from tvm import tirx
 
-    unscheduled = frozenset(unscheduled)
-    table = resolve_table(rules)
+    def __init__(self, rules: RuleTable | None = None, tuning=None,
+                 unscheduled: Collection[str] = ()):
+        self.rules = resolve_table(rules)
+        self.tuning = tuning
+        self.unscheduled = frozenset(unscheduled)
+        self.chosen: dict[str, str | None] = {}
+        self.tuned_choices: dict[str, dict] = {}
 
-    @tvm.transform.module_pass(opt_level=0, name="tvm_hetero.OptimizeLayers")
-    def optimize_layers(mod, _ctx):
+    def transform_module(self, mod, _ctx):
+        self.chosen, self.tuned_choices = {}, {}
+        table, tuning = self.rules, self.tuning
         out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,
                            global_infos=mod.global_infos)
         for gv, func in mod.functions_items():
@@ -137,9 +147,8 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM p
                     or "target" not in func.attrs or OP_KINDS_ATTR not in func.attrs:
                 continue
             target = func.attrs["target"]
-            if gv.name_hint in unscheduled and family_of(target) == "cpu":
-                if chosen is not None:
-                    chosen[gv.name_hint] = None
+            if gv.name_hint in self.unscheduled and family_of(target) == "cpu":
+                self.chosen[gv.name_hint] = None
                 continue  # TVM's default loops, as asked
             tuned = tuning.schedule(func, target, table) if tuning is not None else None
             if tuned is not None:
@@ -149,8 +158,7 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM p
                 if fixed:  # the rule with the choices measured fastest
                     with Choices(fixed):
                         scheduled, rule = optimize_function(func, target, gv.name_hint, table)
-                    if tuned_choices is not None:
-                        tuned_choices[gv.name_hint] = fixed
+                    self.tuned_choices[gv.name_hint] = fixed
                 else:
                     scheduled, rule = optimize_function(func, target, gv.name_hint, table)
             if rule is None:
@@ -159,16 +167,12 @@ def OptimizeLayers(tuning=None, chosen: dict | None = None,  # noqa: N802 (TVM p
                                      f"{target.kind.name}: it would silently run as host code")
                 logger.info("kernel %s keeps TVM's default loops: no CPU rule applies",
                             gv.name_hint)
-            if chosen is not None:
-                chosen[gv.name_hint] = rule
+            self.chosen[gv.name_hint] = rule
             out[gv] = scheduled
         return repack_weight_arguments(out)
 
-    return optimize_layers
-
 
 def schedule_passes(devices, optimize: bool = True, tuning=None,
-                    chosen: dict | None = None, tuned_choices: dict | None = None,
                     unscheduled: Collection[str] = (), rules: RuleTable | None = None) -> list:
     """Per-target scheduling of the placed kernels.
 
@@ -178,19 +182,15 @@ def schedule_passes(devices, optimize: bool = True, tuning=None,
         The devices the kernels are placed on.
     optimize : bool
         Schedule every kernel by the optimization table's rules for its own device (default
-        True). Without it CPU kernels keep TVM's default loops; GPU kernels are always
-        scheduled (dlight's GPU rules), since an unscheduled GPU kernel silently becomes host
-        code.
+        True): the passes are one :class:`OptimizeLayers`, which says what it chose once run.
+        Without it CPU kernels keep TVM's default loops; GPU kernels are always scheduled
+        (dlight's GPU rules), since an unscheduled GPU kernel silently becomes host code.
     tuning : KernelTuningDatabase, optional
-        Tuned kernels take their tuned schedule (see :func:`OptimizeLayers`).
-    chosen : dict, optional
-        Filled with ``{kernel: rule}``.
-    tuned_choices : dict, optional
-        Filled with ``{kernel: the rule's tuned choices}``.
+        Tuned kernels take their tuned schedule (see :class:`OptimizeLayers`).
     unscheduled : collection of str, optional
         CPU kernels that keep TVM's default loops.
     rules : RuleTable, optional
-        The optimization table with `optimize` (None, the default: the active table);
+        The optimization table with `optimize` (None, the default: the default table);
         unused without it (dlight's GPU rules then schedule GPU kernels, in dlight's order).
 
     Returns
@@ -200,7 +200,7 @@ def schedule_passes(devices, optimize: bool = True, tuning=None,
     from tvm.s_tir import dlight as dl
 
     if optimize:
-        return [OptimizeLayers(tuning, chosen, tuned_choices, unscheduled, rules)]
+        return [OptimizeLayers(rules, tuning, unscheduled)]
     passes = []
     if any(dev.family != "cpu" for dev in devices):
         passes.append(FoldUnitReductions())  # (dlight's Fallback: see fold_unit_reductions)

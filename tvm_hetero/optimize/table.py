@@ -2,15 +2,15 @@
 tried in order, the first that returns a scheduled kernel wins.
 
 A table is a value, :class:`RuleTable`, passed to what schedules kernels (``build(...,
-rules=table)``, ``OptimizeLayers(rules=table)``, ``tune_kernels(..., rules=table)``), the way
-TVM's dlight takes its rules as a list. :func:`default_table` returns a fresh table of the
-package's rules; its ``without``/``with_rule``/``with_rules``/``with_fast_exp`` methods derive
-variants (an A/B of two tables builds each with its own, in one process). What is given no
-table uses the *active* table (:func:`active_table`): the default rules plus those added by
-:func:`register_rule`, until :func:`reset_table`.
+rules=table)``, ``OptimizeLayers(table)``, ``tune_kernels(..., rules=table)``), the way TVM's
+dlight takes its rules as a list; there is no process-wide table. :func:`default_table` returns
+a fresh table of the package's rules, which is what is given no table (``rules=None``) gets;
+its ``without``/``with_rule``/``with_rules``/``with_fast_exp`` methods derive variants (an A/B
+of two tables builds each with its own, in one process).
 
 Adding a rule: write its class (one file under ``cpu/``) and name it in :func:`default_table`
-where it should be tried. ``register_rule`` adds one at run time (a user's own rule).
+where it should be tried; a user's own rule goes into a variant,
+``default_table().with_rule(family, kind, rule)``, passed to the build.
 """
 
 from __future__ import annotations
@@ -35,41 +35,15 @@ from .gpu import DlightRule, gpu_rules
 from .gpu.window_tiles import WindowTiles
 from .rule import FAMILIES, Rule
 
-# Bumped whenever a default rule changes the code it generates (or how kernels are timed: 4 is
-# the first with TVM's runtime on every CPU thread; 6 has pooling-rows,
-# 7 sends residual convolutions with whole tiled vectors to tiled, 8 sends every 1x1
-# stride-1 convolution to pixel-lanes-1x1, 9 has concat-copies, reduction-chains and
-# split-k-gemv, 10 blocked-nchwc and blocked pools, 11 pads small convolutions' input per
-# parallel task and compares tuned kernels in alternating rounds, 13 injective-lanes,
-# row-reductions and packed-matmul, 14 tiles, registers and caches from the target,
-# depthwise-rows and vector exp/sigmoid in every CPU kernel, 15 the channel-vector rules' AVX2
-# tiles within the registers and Winograd's products tile from packed_tile, 16
-# depthwise-nchwc, 17 grouped-pixels-1x1, 18 register tiles of at least 8 accumulators, 19
-# the rules' ranked choices measured by tuning, 20 depthwise tiles of 4 accumulators, 21 an
-# epilogue's loops unrolled only where they index the register tile's accumulators, so a
-# squeeze-and-excite gate broadcast over the pixels stays a loop, and packed-weights declining
-# epilogues broadcast over more images, 22 norm-shaped reductions (an RMS norm: its mean read
-# back over the row) to row-reductions before reduction-chains, not dlight's reduction rule,
-# 23 reduction-chains' outputs renumbered [task, chain] where its chunks straddle rows (a race
-# and wrong answers before), reductions over a single point folded into elementwise blocks
-# before any rule (a bias inlined into a matmul of inner dimension 1 was added twice), and
-# depthwise-rows and pixel-lanes-1x1 declining the kernels they raised on, 24
-# matrix-vector products with [output, reduction] weights to row-reductions, not dlight's
-# GEMV rule, whose code LLVM could take minutes to compile), 25 reduction-chains running an
-# epilogue over a larger domain (a pad) whole after its tasks and boolean casts under the fast
-# approximations as selects (a wrong answer and a failed build on generated graphs), 26 the
-# GPU rules of issue 31 (matmul-tiles with split reductions, window-tiles, column-gemv, row-chains, dlight's GEMV and
-# Reduction within a work budget, kernels over the GPU's limits passed on; CPU kernels
-# unchanged): tuned-vs-rules comparisons stored in a tuning database under another version are
-# measured again; 27 scan-lines (cumulative sums and products, which had no lowering before);
-# 28 separable-resize (bilinear resizes legalized as two passes); 29 injective-stages (GPU: a
-# stage many outputs read in a launch of its own, where Fallback would recompute it).
+# Bumped whenever a default rule changes the code it generates (or how kernels are timed):
+# tuning comparisons stored under another version are measured again. CHANGELOG.md says what
+# each version changed.
 RULES_VERSION = 29
 
 
 def default_table() -> "RuleTable":
     """A fresh table of the package's own rules for every (family, kind) pair, in the order
-    they are tried (rules added by :func:`register_rule` are not in it)."""
+    they are tried."""
     parallel = ParallelLoops()  # every CPU kind: the catch-all, TVM's loops made parallel
     table = {}
     for kind in LAYER_KINDS:
@@ -263,48 +237,15 @@ def _default_key() -> str:
     return default_table().key
 
 
-# the table of what is given none: the default rules and those `register_rule` added
-_active: RuleTable = default_table()
-
-
-def active_table() -> RuleTable:
-    """The table used where none is given: :func:`default_table`'s rules plus those added by
-    :func:`register_rule` since the last :func:`reset_table`."""
-    return _active
-
-
 def resolve_table(rules: RuleTable | None) -> RuleTable:
-    """`rules`, or the active table when it is None."""
+    """`rules`, or a fresh :func:`default_table` when it is None; TypeError for anything
+    else."""
     if rules is None:
-        return _active
+        return default_table()
     if not isinstance(rules, RuleTable):
         raise TypeError(f"rules must be a RuleTable (optimize.default_table() and its "
                         f"variants) or None, not {type(rules).__name__}")
     return rules
 
 
-def register_rule(family: str, kind: str, rule: Rule, first: bool = True) -> None:
-    """Add `rule` for layers of `kind` on devices of `family` (tried first by default) to the
-    active table: every build, profile and tuning given no table of its own uses it."""
-    global _active
-    _active = _active.with_rule(family, kind, rule, 0 if first else None)
-
-
-def reset_table() -> None:
-    """The active table back to the default rules."""
-    global _active
-    _active = default_table()
-
-
-def rules_for(family: str, kind: str) -> list[Rule]:
-    """The active table's rules of (`family`, `kind`), in the order they are tried."""
-    return _active.rules_for(family, kind)
-
-
-def table_rows() -> list[tuple[str, str, list[str]]]:
-    """``(family, layer kind, rule names)`` for every entry of the active table."""
-    return _active.rows()
-
-
-__all__ = ["RULES_VERSION", "RuleTable", "active_table", "default_table", "register_rule",
-           "reset_table", "resolve_table", "rules_for", "table_rows"]
+__all__ = ["RULES_VERSION", "RuleTable", "default_table", "resolve_table"]

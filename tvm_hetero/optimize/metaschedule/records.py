@@ -46,7 +46,7 @@ def workload_key(module) -> str:
 
 
 def comparison_key(module, rules: RuleTable | None = None) -> str:
-    """Where the comparison of a :func:`workload` made under `rules` (None: the active table)
+    """Where the comparison of a :func:`workload` made under `rules` (None: the default table)
     is kept: the workload's key for the default table, ``KEY@TABLE`` for any other."""
     table = resolve_table(rules)
     key = workload_key(module)
@@ -177,11 +177,11 @@ class KernelTuningDatabase:
 
     def comparison(self, func, target, rules: RuleTable | None = None) -> dict | None:
         """The stored comparison of `func` on `target`, when it was made under `rules` (None:
-        the active table) and the current default rules' version."""
+        the default table) and the current default rules' version."""
         return is_current(self.choices.get(comparison_key(workload(func, target), rules)))
 
     def record(self, func, target, comparison: dict, rules: RuleTable | None = None) -> None:
-        """Keep `comparison` (made under `rules`; None: the active table) for `func` on
+        """Keep `comparison` (made under `rules`; None: the default table) for `func` on
         `target` (written by :meth:`save_choices`)."""
         self.choices[comparison_key(workload(func, target), rules)] = comparison
 
@@ -200,7 +200,7 @@ class KernelTuningDatabase:
 
     def schedule(self, func, target, rules: RuleTable | None = None):
         """The tuned PrimFunc for `func` on `target` when MetaSchedule's schedule beat the
-        rules of `rules` (None: the active table) and their measured choices, else None."""
+        rules of `rules` (None: the default table) and their measured choices, else None."""
         module = workload(func, target)
         key = comparison_key(module, rules)
         stored = self.choices.get(key)
@@ -217,7 +217,7 @@ class KernelTuningDatabase:
             if func.attrs is not None else tuned
 
     def rule_choices(self, func, target, rules: RuleTable | None = None) -> dict | None:
-        """The choices (``{choice: option index}``) of `rules`' rule (None: the active
+        """The choices (``{choice: option index}``) of `rules`' rule (None: the default
         table) measured fastest for `func` on `target`, when they beat the rule's own picks
         and MetaSchedule's schedule; else None."""
         choice = self.comparison(func, target, rules)

@@ -135,7 +135,7 @@ def tune_kernels(model, placement, devices, trials: int,
         Called with one message per device.
     rules : RuleTable, optional
         The optimization table tuned kernels are compared against (None, the default: the
-        active table). Comparisons are kept per table: a build uses them only under the same
+        default table). Comparisons are kept per table: a build uses them only under the same
         table (``build(..., rules=...)``); MetaSchedule's own records are shared by all.
 
     Returns
@@ -273,7 +273,7 @@ def run_metaschedule(kernels, target, trials, trials_per_iter, seed, db,
 
 def compare_kernel(db, name, func, calls, device, target, rules: RuleTable | None = None) -> dict:
     """Time the tuned kernel (when MetaSchedule found one), the kernel scheduled by the rules
-    of `rules` (None: the active table) and the rule's variants; returns the comparison to
+    of `rules` (None: the default table) and the rule's variants; returns the comparison to
     store."""
     import tvm
     import tvm_ffi
