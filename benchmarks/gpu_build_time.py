@@ -1,5 +1,5 @@
-"""Build time of a suite model all on ``cuda@sm_90`` against all on ``cpu`` (issue 31: at most
-2x), and what compiling its CUDA costs, cold and from the disk cache.
+"""Build time of a suite model all on ``cuda@sm_90`` against all on ``cpu`` (the goal: at
+most 2x), and what compiling its CUDA costs, cold and from the disk cache.
 
     python benchmarks/gpu_build_time.py [--model resnet50] [--rounds 2] [--no-nvcc]
                                         [--per-kernel] [--passes 8]

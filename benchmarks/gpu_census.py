@@ -13,7 +13,7 @@ Per kernel: layer kind (depthwise convolutions apart), rule, the unscheduled ker
 the scheduled one's (``tvm.s_tir.analysis.estimate_tir_flops``; the ratio shows recomputation),
 registers, spills and static shared memory per thread block (``nvcc -cubin -arch=sm_90
 -Xptxas -v`` on the build's CUDA source), and thread blocks launched (the product of the
-``blockIdx`` loop extents). Per model the totals; at the end the kernels that miss issue 31's
+``blockIdx`` loop extents). Per model the totals; at the end the kernels that miss the census
 goals: heavy kernels (convolution, matmul, depthwise, pooling) on dlight's ``Fallback`` or
 ``GeneralReduction``, work over 1.3x, spills, and kernels over 10 MFLOP launching fewer blocks
 than the GPU has SMs. About 10-60 s a model on 2 cores. Speed is not measured here: that needs

@@ -1,4 +1,4 @@
-"""Builds of small generated graphs at the rules' edges (issue 30), each against onnxruntime and
+"""Builds of small generated graphs at the rules' edges, each against onnxruntime and
 against TVM's default loops (``optimize=False``):
 
 - fan-out epilogues (the convolution's output read twice and joined again: SiLU's

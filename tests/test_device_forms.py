@@ -1,4 +1,4 @@
-"""Each layer in the form of its device (issue 31, item 1): a layer on a GPU never runs a CPU-only
+"""Each layer in the form of its device: a layer on a GPU never runs a CPU-only
 form (Winograd, the blocked NCHW[x]c layout, channels padded to CPU vector lanes), the same
 layer on a CPU keeps them, in one placement; layer names and placement files do not depend on
 the devices. Everything here builds for ``cuda@sm_90`` without a GPU."""
@@ -136,7 +136,7 @@ def test_layers_take_the_form_of_their_device_in_one_placement(block):
             if device == "cuda":
                 assert not forms, f"{name} on cuda has the CPU forms {forms}"
                 # depthwise and pooling: dlight's GeneralReduction / Fallback on the model's
-                # form too, until item 2's GPU rules (their work: the census test)
+                # form too (their work is the census test's)
                 if name not in ("conv2d_1", "max_pool2d_0"):
                     assert rule not in NOT_GEMM, f"{name} on cuda scheduled by {rule}"
             elif name in ("conv2d_0", "conv2d_2"):
@@ -205,14 +205,14 @@ def test_cpu_placements_keep_the_cpu_forms_and_their_outputs(block, cpu_devices)
 
 @pytest.mark.parametrize("model_name", ["resnet", "mobilenet_block"])
 def test_census_all_cuda_no_kernel_in_a_cpu_form(model_name):
-    """Item 3's census, the part item 1 answers for: built all on cuda, no kernel has a CPU
-    form, no convolution or matrix product is left to dlight's Fallback or GeneralReduction,
+    """The census, the part the per-device forms answer for: built all on cuda, no kernel has a
+    CPU form, no convolution or matrix product is left to dlight's Fallback or GeneralReduction,
     and none computes many times its layer's work (the Winograd kernels on GeneralReduction
-    did 3,000-33,000 times). Not asserted, item 2's: depthwise convolutions and pooling still
-    go to GeneralReduction / Fallback in the model's own form too (dlight has no rule for
-    them; the depthwise one computes ~60x its work), and dlight's fixed matmul tile pads
+    did 3,000-33,000 times). Not asserted here (the GPU rules' part): depthwise convolutions
+    and pooling going to GeneralReduction / Fallback in the model's own form too (dlight has
+    no rule for them; the depthwise one computes ~60x its work), and dlight's fixed matmul tile pads
     small channel counts (up to 4.7x the work on the zoo ResNet's 3- and 16-channel layers),
-    hence a bound of 8x here, not item 3's 1.3x."""
+    hence a bound of 8x here, not the census goal's 1.3x."""
     from tvm_hetero.testing.scheduled import estimated_flops, is_depthwise, keep_scheduled
 
     if model_name == "resnet":
@@ -238,7 +238,7 @@ def test_census_all_cuda_no_kernel_in_a_cpu_form(model_name):
              if kind in ("conv2d", "matmul") and not depthwise}
     assert heavy and not any(rule in NOT_GEMM for rule in heavy.values()), census
     # depthwise convolutions: GeneralReduction on the direct form computes about 60 times
-    # their work (the mobilenet block's 96 channels at 56x56): item 2's depthwise rule
+    # their work (the mobilenet block's 96 channels at 56x56): the GPU depthwise rule's part
     assert max(work for _, depthwise, _, _, work in census.values() if not depthwise) < 8, \
         census
 

@@ -1,4 +1,4 @@
-"""Issue 31's no-GPU goals for CUDA kernels, checked on suite models built all on
+"""The census's no-GPU goals for CUDA kernels, checked on suite models built all on
 ``cuda@sm_90``: no convolution, matmul, depthwise or pooling kernel on dlight's catch-all
 rules, scheduled work within 1.3x of the layer's, no register spills (nvcc), threads and shared
 memory within sm_90's limits, and every kernel over 10 MFLOP on at least one block per SM."""

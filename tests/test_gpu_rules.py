@@ -216,7 +216,7 @@ def test_it_is_tried_before_dlight_matmul_on_cuda_only():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mlp_b8", "wide_and_deep"])
 def test_suite_models_meet_the_census_goals_on_their_conv_and_matmul_kernels(name):
-    # issue 31's goals, built all on cuda@sm_90 without a GPU: no conv/matmul kernel on
+    # the census goals, built all on cuda@sm_90 without a GPU: no conv/matmul kernel on
     # Fallback/GeneralReduction, at most 1.3x the layer's work, a block per SM over 10 MFLOP
     # (wide_and_deep's 8 x 2048 -> 512 dense through a split reduction), each scheduled
     # kernel's values right under emulation

@@ -1,4 +1,4 @@
-"""Compiled gathers and scatters never read or write outside their buffers (issue 18 item 5):
+"""Compiled gathers and scatters never read or write outside their buffers:
 an out-of-range index raises InputError (exit 2 from `tvm-hetero run`), a negative one wraps
 once as ONNX says. A property test feeds random and adversarial indices to each op and checks
 the in-range answers against onnxruntime."""

@@ -1,4 +1,4 @@
-"""A placement with a reason a user recognises (issue 31, item 5): the recommendation model's
+"""A placement with a reason a user recognises: the recommendation model's
 embedding tables beyond a GPU memory cap stay on the CPU, its dense layers go to the GPU, and
 the split builds into one executable for ``cuda@sm_90`` without a GPU."""
 

@@ -1,4 +1,4 @@
-"""The CPU rules at the edges of the shapes they accept (issue 30, item 3).
+"""The CPU rules at the edges of the shapes they accept.
 
 - Regression tests: the graphs random-graph testing reduced wrong answers to, against
   onnxruntime (``reduction-chains`` over a non-last axis whose chunks of outputs straddle rows;

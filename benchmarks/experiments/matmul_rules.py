@@ -1,7 +1,7 @@
 """Matmul rules A/B: the table's old matmul rules (split-k-gemv, then tiled) against
 ``packed-matmul`` on the suite's matmul shapes, in alternating rounds in one process (best of
 rounds), and the small-M products' weight streaming rate against the copy bandwidth
-``tvm-hetero devices`` measures, both printed per product (issue 17, item 4).
+``tvm-hetero devices`` measures, both printed per product.
 
     python benchmarks/experiments/matmul_rules.py [--target-mcpu haswell] [--rounds 5]
                                                   [--only bandwidth]

@@ -1,5 +1,5 @@
 """What each CUDA kernel of a model looks like, built all on ``cuda@ARCH`` without a GPU, and
-issue 31's goals for it: the rule that scheduled it, the work it does against its layer's, the
+the census goals for it: the rule that scheduled it, the work it does against its layer's, the
 resources nvcc gives it and the blocks it launches against the SMs.
 
 - :func:`census`: a :class:`KernelRow` per kernel of a model built all on cuda;
@@ -27,7 +27,7 @@ from .scheduled import built_cuda_kernels, estimated_flops, is_depthwise
 
 @dataclass(frozen=True)
 class Goals:
-    """Issue 31's goals for every CUDA kernel (no GPU needed to check them).
+    """The census goals for every CUDA kernel (no GPU needed to check them).
 
     Attributes
     ----------

@@ -13,7 +13,7 @@ from .index_guard import guard_indices, static_dims
 from .registry import FIXES, constant_value, node_name
 
 
-# --- gathers and scatters: indices checked at run time (issue 18 item 5) ------------------
+# --- gathers and scatters: indices checked at run time ---------------------------------------
 def _axis(attrs, rank: int, default: int = 0) -> int:
     axis = attrs.get("axis", default)
     return axis + rank if axis < 0 else axis

@@ -27,7 +27,7 @@ from .split_reduction import CannotSplit, outer_reduction_extent, split_reductio
 
 logger = logging.getLogger(__name__)
 
-# Padded work (tile-rounded I x J x K over the kernel's) a tile may add: issue 31's goal is 1.3x
+# Padded work (tile-rounded I x J x K over the kernel's) a tile may add: the census goal is 1.3x
 # per kernel; the epilogue and the rounding of the reduction take some of that margin.
 MAX_WASTE = 1.2
 # Tile edges tried along I (rows, pixels) and J (columns, output channels), outputs per thread

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 # Threads of a row's block at most (the target's max_num_threads caps it): dlight's thread
 # count for its reductions; longer rows loop.
 PREFERRED_THREADS = 256
-# Padded work over the chain's a thread count may add: issue 31's goal is 1.3x per kernel; the
+# Padded work over the chain's a thread count may add: the census goal is 1.3x per kernel; the
 # estimate of a step's operations here is close to, not the same as, estimate_tir_flops'.
 MAX_WASTE = 1.2
 

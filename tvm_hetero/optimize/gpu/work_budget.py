@@ -23,7 +23,7 @@ from ..rule import Rule
 
 logger = logging.getLogger(__name__)
 
-# Scheduled operations over the kernel's a rule may take (issue 31's goal per kernel).
+# Scheduled operations over the kernel's a rule may take (the census goal per kernel).
 MAX_WORK = 1.3
 
 
