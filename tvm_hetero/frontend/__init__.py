@@ -458,8 +458,12 @@ def load_model(source: Any, name: str | None = None,
     """
     import tvm
 
+    from .shape_ranges import as_ranges, split_ranged_dims
+
     if isinstance(source, Model):
         return source
+    input_shapes, inline_ranges = split_ranged_dims(input_shapes)
+    shape_ranges = {**inline_ranges, **as_ranges(shape_ranges)} or None
     if isinstance(source, (str, os.PathLike)):
         text = os.fspath(source)
         if text.startswith("zoo:"):

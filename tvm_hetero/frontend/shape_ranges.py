@@ -31,8 +31,8 @@ class ShapeRange:
 
     def __post_init__(self):
         if not 1 <= self.min <= self.opt <= self.max:
-            raise ModelError(f"a shape range needs 1 <= min <= opt <= max, got "
-                             f"min {self.min}, max {self.max}, opt {self.opt}")
+            raise ModelError(f"a range needs 1 <= min <= opt <= max, got min {self.min}, "
+                             f"max {self.max}, opt {self.opt}")
 
     def to_json(self) -> list[int]:
         return [self.min, self.max, self.opt]
@@ -57,7 +57,10 @@ def parse_shape_range(text: str) -> tuple[str, ShapeRange]:
         raise ModelError(f"bad shape range {text!r}: expected NAME=MIN:MAX[:OPT] "
                          "(e.g. seq=1:512:128)")
     low, high, *opt = (int(p) for p in parts)
-    return name, ShapeRange(low, high, opt[0] if opt else high)
+    try:
+        return name, ShapeRange(low, high, opt[0] if opt else high)
+    except ModelError as err:
+        raise ModelError(f"bad shape range {text!r}: {err}") from None
 
 
 def as_ranges(given) -> dict[str, ShapeRange]:
@@ -155,5 +158,36 @@ def bind_dims(shapes: list[tuple[int, ...]], specs, ranges: dict[str, ShapeRange
     return bound
 
 
-__all__ = ["RANGES_ATTR", "ShapeRange", "as_ranges", "bind_dims", "check_points",
+def split_ranged_dims(input_shapes: dict | None) -> tuple[dict, dict[str, ShapeRange]]:
+    """Input shapes whose dimensions may be written ``"seq=1:512:128"`` (a named dimension
+    with its range: the form records and measurement tasks store a dynamic shape in) ->
+    ``(shapes with plain names, {name: ShapeRange})``."""
+    shapes, ranges = {}, {}
+    for name, dims in (input_shapes or {}).items():
+        plain = []
+        for dim in dims:
+            if isinstance(dim, str) and "=" in dim:
+                dim_name, r = parse_shape_range(dim)
+                if ranges.setdefault(dim_name, r) != r:
+                    raise ModelError(f"dimension {dim_name} is given two ranges, "
+                                     f"{ranges[dim_name]} and {r}")
+                plain.append(dim_name)
+            elif isinstance(dim, str) and not dim.isdigit():
+                plain.append(dim)
+            else:
+                plain.append(int(dim))
+        shapes[name] = tuple(plain)
+    return shapes, ranges
+
+
+def ranged_shapes(model) -> dict[str, list]:
+    """``{source input name: dims}`` of `model`, a dynamic dimension written with its range
+    (``"seq=1:512:128"``): what :func:`~tvm_hetero.load_model` takes back as `input_shapes`."""
+    ranges = model.shape_ranges
+    return {spec.source_name or spec.name:
+            [f"{d}={ranges[d]}" if isinstance(d, str) else d for d in spec.shape]
+            for spec in model.inputs}
+
+
+__all__ = ["ranged_shapes", "split_ranged_dims", "RANGES_ATTR", "ShapeRange", "as_ranges", "bind_dims", "check_points",
            "module_ranges", "parse_shape_range", "point", "with_ranges"]
