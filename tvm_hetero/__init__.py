@@ -22,6 +22,7 @@ from .devices import Device, DeviceSet, parse_device, parse_size
 from .errors import (BuildError, DeviceError, HeteroError, InputError, ModelError,
                      PlacementError, VerificationError)
 from .frontend import InputSpec, Model, load_model
+from .frontend.shape_ranges import ShapeRange
 from .layers import Layer, extract_layers
 from .measure import (ErrorKind, LocalBuilder, LocalRunner, MeasureResult, MeasureTask,
                       Measurer)
@@ -44,7 +45,8 @@ __all__ = [
     "DeviceSet", "DeviceStatus", "ErrorKind", "HeteroError", "InputError", "InputSpec",
     "KernelProfile", "KernelTuningDatabase", "LatencySummary", "Layer", "LocalBuilder",
     "LocalRunner", "MeasureResult", "MeasureTask", "Measurer", "Model", "ModelError",
-    "Placement", "PlacementError", "PrepareConfig", "Profile", "ProfileRow", "TaskWeights",
+    "Placement", "PlacementError", "PrepareConfig", "Profile", "ProfileRow", "ShapeRange",
+    "TaskWeights",
     "TuningSummary", "ZOO",
     "build", "candidates",
     "extract_layers", "load", "load_model", "memory_use", "over_cap", "parse_device", "parse_size",
