@@ -177,7 +177,18 @@ def test_search_verifies_each_candidate_at_the_ends_of_the_ranges(tmp_path):
     assert read_header(records)["input_shapes"]["x"] == ("batch=1:3:2", "seq=1:40:8", 32)
 
 
-def test_a_candidate_wrong_at_the_maximum_is_wrong(tmp_path):
+@pytest.fixture
+def keep_log_level():
+    """The worker function quiets the package's logger (as in a worker process): restored."""
+    import logging
+
+    logger = logging.getLogger("tvm_hetero")
+    level = logger.level
+    yield
+    logger.setLevel(level)
+
+
+def test_a_candidate_wrong_at_the_maximum_is_wrong(tmp_path, keep_log_level):
     """The runner checks the extra shapes: a reference that disagrees only at the maximum
     fails the candidate."""
     from tvm_hetero.measure.worker import run_candidate

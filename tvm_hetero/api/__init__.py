@@ -16,6 +16,7 @@ The commands live by what they do: ``inspection`` (inspect, devices, optimizatio
 handling they share. Use them from here: ``tvm_hetero.api`` is the interface.
 """
 
+from ..frontend.shape_ranges import parse_shape_range
 from ..memory import format_bytes
 from ..profiling import STATISTICS as PROFILE_STATISTICS
 from ..search import DEFAULT_THRESHOLD, STRATEGIES
@@ -29,4 +30,4 @@ __all__ = ["CompileResult", "DEFAULT_THRESHOLD", "ModelLayers", "PROFILE_STATIST
            "RunResult", "STRATEGIES",
            "compile_model", "device_set", "device_status", "format_bytes", "inspect_model",
            "optimization_rules", "optimization_table", "read_inputs", "report_records",
-           "run_library", "tune_placement"]
+           "run_library", "parse_shape_range", "tune_placement"]

@@ -69,7 +69,7 @@ def parse_input_shapes(items: list[str]) -> dict[str, tuple]:
 
 
 def parse_shape_ranges(items: list[str]) -> dict:
-    from ..frontend.shape_ranges import parse_shape_range
+    from ..api import parse_shape_range
 
     ranges = {}
     for item in items:

@@ -247,7 +247,7 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple] | None,
     for in_name, dims, _ in specs:
         if input_shapes and in_name in input_shapes:
             given = list(input_shapes[in_name])
-            if len(given) != len(dims):
+            if len(given) != len(dims) and any(isinstance(d, str) for d in given):
                 raise ModelError(f"input {in_name!r} has rank {len(dims)} {dims}; the shape "
                                  f"given, {given}, has rank {len(given)}")
             shape_dict[in_name] = given
@@ -255,7 +255,9 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple] | None,
             # a named dynamic dimension keeps its name when a range is given for it
             shape_dict[in_name] = list(dims)
         for dim in shape_dict[in_name]:
-            if isinstance(dim, int) and dim > 0 or isinstance(dim, str) and dim in ranges:
+            pinned = bool(input_shapes) and in_name in input_shapes  # an empty axis may be given
+            if isinstance(dim, int) and (dim > 0 or dim == 0 and pinned) \
+                    or isinstance(dim, str) and dim in ranges:
                 continue
             hint = static_shape_hint(in_name, dims)
             if isinstance(dim, str) and dim not in ("", "?"):
