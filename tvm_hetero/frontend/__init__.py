@@ -239,7 +239,7 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple] | None,
     import tvm
 
     from .onnx.importer import import_onnx
-    from .shape_ranges import as_ranges
+    from .shape_ranges import as_ranges, used_ranges, with_ranges
 
     specs = _onnx_input_specs(model)
     ranges = as_ranges(shape_ranges)
@@ -270,11 +270,8 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple] | None,
     if unknown:
         raise ModelError(f"input shape given for unknown input(s) {', '.join(unknown)}; "
                          f"the inputs are {', '.join(s[0] for s in specs)}")
-    used = {d for dims in shape_dict.values() for d in dims if isinstance(d, str)}
-    unused = sorted(set(ranges) - used)
-    if unused:
-        raise ModelError(f"shape range given for {', '.join(unused)}, which no input has; the "
-                         f"dynamic dimensions are {', '.join(sorted(used)) or 'none'}")
+    ranges = used_ranges(ranges, {d for dims in shape_dict.values() for d in dims
+                                  if isinstance(d, str)})
     failure = None
     importable, source_names = _c_identifier_inputs(model, [s[0] for s in specs])
     new_names = {source: new for new, source in source_names.items()}
@@ -293,10 +290,7 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple] | None,
             failure = None
             gc.collect()
         raise ModelError(message)
-    if used:
-        from .shape_ranges import with_ranges
-
-        mod = with_ranges(mod, {n: r for n, r in ranges.items() if n in used})
+    mod = with_ranges(mod, ranges)
     params = list(mod["main"].params)
     inputs = [InputSpec(p.name, tuple(d if isinstance(d, str) else int(d)
                                       for d in shape_dict[src]), dtype, src)
@@ -308,7 +302,7 @@ def _load_relax(mod, name: str, shape_ranges: dict | None = None) -> Model:
     import tvm
     from tvm import relax
 
-    from .shape_ranges import as_ranges, module_ranges, with_ranges
+    from .shape_ranges import as_ranges, module_ranges, used_ranges, with_ranges
 
     if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
         raise ModelError("the Relax IRModule has no 'main' function")
@@ -342,12 +336,7 @@ def _load_relax(mod, name: str, shape_ranges: dict | None = None) -> Model:
                         else "a dimension must be a size or a variable with a range")
                 raise ModelError(f"input {p.name!r} has a dynamic shape {shown}; {what}")
         inputs.append(InputSpec(p.name, tuple(dims), str(ty.dtype)))
-    unused = sorted(set(ranges) - used)
-    if unused:
-        raise ModelError(f"shape range given for {', '.join(unused)}, which no input has")
-    if used:
-        mod = with_ranges(mod, {n: r for n, r in ranges.items() if n in used})
-    return Model(name, mod, inputs)
+    return Model(name, with_ranges(mod, used_ranges(ranges, used)), inputs)
 
 
 TORCH_EXTRA = "pip install -e '.[torch]'"

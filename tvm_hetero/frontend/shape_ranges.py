@@ -109,6 +109,21 @@ def with_ranges(mod, ranges: dict[str, ShapeRange]):
     return out
 
 
+def used_ranges(ranges: dict[str, ShapeRange], used: set[str]) -> dict[str, ShapeRange]:
+    """The ranges of the dimensions `used` by a model's inputs.
+
+    Raises
+    ------
+    ModelError
+        For a range given for a dimension no input has.
+    """
+    unused = sorted(set(ranges) - used)
+    if unused:
+        raise ModelError(f"shape range given for {', '.join(unused)}, which no input has; the "
+                         f"dynamic dimensions are {', '.join(sorted(used)) or 'none'}")
+    return {name: r for name, r in ranges.items() if name in used}
+
+
 def point(ranges: dict[str, ShapeRange], where: str) -> dict[str, int]:
     """Each dimension's size at ``where``: ``"min"``, ``"opt"`` or ``"max"``."""
     if where not in ("min", "opt", "max"):
@@ -189,5 +204,6 @@ def ranged_shapes(model) -> dict[str, list]:
             for spec in model.inputs}
 
 
-__all__ = ["ranged_shapes", "split_ranged_dims", "RANGES_ATTR", "ShapeRange", "as_ranges", "bind_dims", "check_points",
-           "module_ranges", "parse_shape_range", "point", "with_ranges"]
+__all__ = ["RANGES_ATTR", "ShapeRange", "as_ranges", "bind_dims", "check_points",
+           "module_ranges", "parse_shape_range", "point", "ranged_shapes", "split_ranged_dims",
+           "used_ranges", "with_ranges"]

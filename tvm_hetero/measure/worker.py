@@ -60,12 +60,12 @@ def _load_pair(inputs_file: str, reference_file: str) -> tuple[dict, list]:
     return inputs, reference
 
 
-def _check_all(compiled, inputs, reference, checks) -> tuple[bool, float]:
-    """Outputs at the timed inputs, then at each extra check's, against their references:
-    (all match, the largest error)."""
+def _check_all(compiled, reference, checks, outputs) -> tuple[bool, float]:
+    """`outputs` (of the timed inputs), then the outputs at each extra check's inputs, against
+    their references: (all match, the largest error)."""
     from ..verify import outputs_match
 
-    ok, max_error = outputs_match(compiled.run(inputs), reference)
+    ok, max_error = outputs_match(outputs, reference)
     for _, at_inputs, at_reference in checks:
         if not ok:
             break
@@ -102,7 +102,6 @@ def run_candidate(lib_path: str, devices_json: list, inputs_file: str, reference
     more call instead of `warmup` + `repeat` measurements (``"screened": True``)."""
     from ..devices import DeviceSet
     from ..runtime import load
-    from ..verify import outputs_match
 
     _quiet_worker_logs()
     compiled = load(lib_path, DeviceSet.from_json(devices_json))
@@ -110,13 +109,8 @@ def run_candidate(lib_path: str, devices_json: list, inputs_file: str, reference
     start = time.perf_counter()
     outputs = compiled.run(inputs)
     check_ms = (time.perf_counter() - start) * 1e3
-    ok, max_error = outputs_match(outputs, reference)
-    if ok:
-        for _, at_inputs, at_reference in extra_checks(inputs_file, reference_file):
-            ok, error = outputs_match(compiled.run(at_inputs), at_reference)
-            max_error = max(max_error, error)
-            if not ok:
-                break
+    ok, max_error = _check_all(compiled, reference, extra_checks(inputs_file, reference_file),
+                               outputs)
     if not ok:
         return {"ok": False, "max_error": max_error, "latencies_ms": []}
     screened = slow_ms is not None and check_ms > slow_ms
@@ -144,7 +138,7 @@ def retime_candidates(lib_paths: list[str], devices_json: list, inputs_file: str
     compiled, out = [], []
     for path in lib_paths:
         model = load(path, devices)
-        ok, max_error = _check_all(model, inputs, reference, checks)
+        ok, max_error = _check_all(model, reference, checks, model.run(inputs))
         compiled.append(model if ok else None)
         out.append({"ok": ok, "max_error": max_error, "rounds_ms": []})
     for _ in range(rounds):
