@@ -207,10 +207,29 @@ def _(d, s):
     return _compile(str(d / "dyn.onnx"), "all:cpu", str(d / "dyn.so"))
 
 
+def _inspect_dynamic_cnn(d, *flags):
+    onnx.save(_dynamic_cnn(), d / "dyn.onnx")
+    return ["inspect", str(d / "dyn.onnx"), *flags]
+
+
 @bad_input("input-shape-syntax", "invalid --input-shape")
 def _(d, s):
-    onnx.save(_dynamic_cnn(), d / "dyn.onnx")
-    return ["inspect", str(d / "dyn.onnx"), "--input-shape", "input=1,x,32,32"]
+    return _inspect_dynamic_cnn(d, "--input-shape", "input=1,3.5,32,32")
+
+
+@bad_input("named-dimension-without-range", "--shape-range x=MIN:MAX")
+def _(d, s):
+    return _inspect_dynamic_cnn(d, "--input-shape", "input=1,x,32,32")
+
+
+@bad_input("shape-range-syntax", "bad shape range 'batch=9:1'")
+def _(d, s):
+    return _inspect_dynamic_cnn(d, "--shape-range", "batch=9:1")
+
+
+@bad_input("shape-range-unused", "shape range given for seq")
+def _(d, s):
+    return _inspect_dynamic_cnn(d, "--shape-range", "batch=1:4", "--shape-range", "seq=1:8")
 
 
 @bad_input("input-shape-zero-dim", "invalid --input-shape")

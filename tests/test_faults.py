@@ -22,7 +22,9 @@ from tvm_hetero.testing.faults import (BUILD_FAULTS, EXPECTED, RUN_FAULTS, Fault
                                        FaultyBuilder, FaultyRunner)
 
 # Builds of zoo:cnn take ~2 s in a fresh worker and runs ~0.3 s: the timeouts leave a wide
-# margin for real candidates and bound what each hang costs.
+# margin for real candidates and bound what each hang costs. The tests of the faulty tune are
+# `serial`: which candidates its timeouts end, and the hangs' messages, are wall-clock
+# behaviour (a real build past 10 s on loaded cores would read as a fault).
 BUILD_TIMEOUT_S = 10.0
 RUN_TIMEOUT_S = 5.0
 # Interleaved so that a build hang overlaps the other build worker's work
@@ -66,6 +68,7 @@ def read_records(path):
     return out
 
 
+@pytest.mark.serial
 def test_every_fault_is_recorded_with_its_error_kind(faulty_tune):
     plan, result = faulty_tune["plan"], faulty_tune["result"]
     assert sorted(plan.injected.values()) == sorted(FAULT_ORDER)  # all 8 were injected
@@ -88,6 +91,7 @@ def test_every_fault_is_recorded_with_its_error_kind(faulty_tune):
         assert (key in ran) == (fault in RUN_FAULTS), fault
 
 
+@pytest.mark.serial
 def test_the_tune_goes_on_and_the_rest_is_verified(faulty_tune):
     result, plan = faulty_tune["result"], faulty_tune["plan"]
     assert len(result.trials) == faulty_tune["trials"]
@@ -109,6 +113,7 @@ def test_the_tune_goes_on_and_the_rest_is_verified(faulty_tune):
     assert sorted(built) == sorted(keys) and len(set(built)) == len(built)
 
 
+@pytest.mark.serial
 def test_the_winner_is_a_verified_correct_placement(faulty_tune):
     result, devices, workdir = (faulty_tune[k] for k in ("result", "devices", "workdir"))
     assert result.placement is not None and result.latency.ok
@@ -129,6 +134,7 @@ def test_the_winner_is_a_verified_correct_placement(faulty_tune):
     assert best_placement == result.placement and best_result.median_ms == result.latency.median_ms
 
 
+@pytest.mark.serial
 def test_over_the_memory_cap_is_recorded_without_a_build(faulty_tune, tmp_path):
     result, devices, workdir = (faulty_tune[k] for k in ("result", "devices", "workdir"))
     layers = th.extract_layers(th.load_model("zoo:cnn"))
@@ -155,6 +161,7 @@ def test_over_the_memory_cap_is_recorded_without_a_build(faulty_tune, tmp_path):
     assert PlacementRecords(records, *fingerprints).get(over).error == ErrorKind.MEMORY_EXCEEDED
 
 
+@pytest.mark.serial
 def test_resuming_retries_no_failed_candidate(faulty_tune, tmp_path):
     """A failure is a result: the same records resume without building anything again."""
     result, devices = faulty_tune["result"], faulty_tune["devices"]

@@ -6,6 +6,8 @@ from onnx import TensorProto, helper
 import tvm_hetero as th
 from tvm_hetero.testing import light_model_path
 
+from conftest import import_torch
+
 
 @pytest.mark.parametrize("name", sorted(th.ZOO))
 def test_zoo_models_load_with_weights_bound(name):
@@ -106,7 +108,7 @@ def test_random_inputs_are_seeded():
 
 
 def test_torch_exported_program():
-    torch = pytest.importorskip("torch", reason="PyTorch is an optional dependency")
+    torch = import_torch()
 
     class Net(torch.nn.Module):
         def __init__(self):

@@ -74,6 +74,7 @@ def _runner(port, **kwargs):
     return RPCRunner(KEY, LOOPBACK, port, **options)
 
 
+@pytest.mark.serial  # a measured latency under a bound
 def test_measures_placements_on_remote_servers(tracker_port, task, builds):
     failed = BuildResult(None, ErrorKind.BUILD_ERROR, "BuildError: boom", build_s=0.5)
     results = _runner(tracker_port).run(task, [*builds, failed])
@@ -121,18 +122,21 @@ def _assert_fast_failures(runner, task, builds):
     return results
 
 
+@pytest.mark.serial  # fails within 10 s
 def test_unknown_key_is_a_result_not_an_exception(tracker_port, task, builds):
     runner = RPCRunner("no-such-device", LOOPBACK, tracker_port, session_timeout_s=2)
     results = _assert_fast_failures(runner, task, builds)
     assert "no-such-device" in results[0].message
 
 
+@pytest.mark.serial  # fails within 10 s
 def test_closed_port_is_a_result_not_an_exception(task, builds):
     runner = RPCRunner(KEY, LOOPBACK, _free_port(), session_timeout_s=2)  # nothing listens
     results = _assert_fast_failures(runner, task, builds)
     assert "cannot reach" in results[0].message
 
 
+@pytest.mark.serial  # a 3 s session timeout, within 30 s
 def test_session_timeout(tracker_port, task, builds):
     # each timed repeat lasts at least 10 s; the server ends the 3 s session first
     runner = _runner(tracker_port, session_timeout_s=3, min_repeat_ms=10_000)

@@ -10,6 +10,8 @@ import pytest
 import tvm_hetero as th
 from tvm_hetero.cli.main import main
 
+from conftest import import_torch
+
 
 SHAPE = ["--input-shape", "x=4,3,8,8", "-d", "cpu", "-d", "cpu-generic"]
 
@@ -23,8 +25,7 @@ def one_error_line(capsys, code):
 
 @pytest.fixture(scope="module")
 def saved_program(tmp_path_factory):
-    torch = pytest.importorskip("torch", reason="PyTorch is an optional dependency "
-                                                "(pip install -e '.[torch]')")
+    torch = import_torch()
 
     class Net(torch.nn.Module):
         def __init__(self):

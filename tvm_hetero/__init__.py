@@ -21,6 +21,7 @@ from .devices import Device, DeviceSet, parse_device, parse_size
 from .errors import (BuildError, DeviceError, HeteroError, InputError, ModelError,
                      PlacementError, VerificationError)
 from .frontend import ZOO, InputSpec, Model, load_model, zoo_model
+from .frontend.shape_ranges import ShapeRange
 from .layers import Layer, extract_layers
 from .measure import (ErrorKind, LocalBuilder, LocalRunner, MeasureResult, MeasureTask,
                       Measurer)
@@ -39,6 +40,7 @@ __all__ = [
     "KernelProfile", "KernelTuningDatabase", "LatencySummary", "Layer", "LocalBuilder",
     "LocalRunner", "MeasureResult", "MeasureTask", "Measurer", "Model", "ModelError",
     "Placement", "PlacementError", "PlacementRecords", "PrepareConfig", "Profile", "ProfileRow",
+    "ShapeRange",
     "TaskWeights",
     "TuningSummary", "ZOO",
     "build", "candidates",

@@ -71,7 +71,10 @@ RECORDS_HEADER = {
         "version": {"type": "integer", "minimum": 1},
         "model": {"type": "string", "minLength": 1},
         "input_shapes": {"type": "object", "additionalProperties": {
-            "type": "array", "items": {"type": "integer", "minimum": 1}}},
+            "type": "array", "items": {"anyOf": [
+                {"type": "integer", "minimum": 1},
+                # a dynamic dimension with its range: NAME=MIN:MAX:OPT
+                {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*=[0-9]+:[0-9]+:[0-9]+$"}]}}},
         "devices": {"type": "array", "minItems": 1, "items": {
             "type": "object", "required": ["name", "target", "device_type", "device_id"],
             "properties": {"name": NAME, "target": {"type": "object", "required": ["kind"]},

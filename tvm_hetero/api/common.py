@@ -22,11 +22,13 @@ def device_set(devices: DeviceSet | Sequence[str],
     return DeviceSet.parse(list(devices), memory=memory)
 
 
-def as_model(model: Any, input_shapes: dict[str, tuple[int, ...]] | None) -> Model:
-    """`model` loaded (with `input_shapes` for dynamic inputs), unless it is a Model already."""
+def as_model(model: Any, input_shapes: dict[str, tuple] | None,
+             shape_ranges: dict | None = None) -> Model:
+    """`model` loaded (with `input_shapes` and `shape_ranges` for dynamic inputs), unless it
+    is a Model already."""
     if isinstance(model, Model):
         return model
-    return load_model(model, input_shapes=input_shapes or {})
+    return load_model(model, input_shapes=input_shapes or {}, shape_ranges=shape_ranges)
 
 
 def writable(path: str) -> str:

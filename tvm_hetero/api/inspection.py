@@ -42,7 +42,8 @@ class ModelLayers:
 
 
 def inspect_model(model: Any, devices: DeviceSet | Sequence[str] | None = None, *,
-                  input_shapes: dict[str, tuple[int, ...]] | None = None) -> ModelLayers:
+                  input_shapes: dict[str, tuple] | None = None,
+                  shape_ranges: dict | None = None) -> ModelLayers:
     """The operator-level layers of a model, as a build for `devices` has them.
 
     Parameters
@@ -51,15 +52,18 @@ def inspect_model(model: Any, devices: DeviceSet | Sequence[str] | None = None, 
     devices : DeviceSet or list of str, optional
         The devices whose preparation (vector lanes, blocked layout) the layers follow
         (default: ``["cpu"]``, the host CPU).
-    input_shapes : dict of str to tuple of int, optional
-        Static shapes for dynamic inputs.
+    input_shapes : dict of str to tuple, optional
+        Shapes for dynamic inputs (a dimension a size, or a name `shape_ranges` gives).
+    shape_ranges : dict, optional
+        ``{dimension: (min, max[, opt])}``: dimensions kept dynamic (see
+        :func:`~tvm_hetero.load_model`).
 
     Returns
     -------
     ModelLayers
     """
     devices = device_set(devices or ["cpu"])
-    loaded = as_model(model, input_shapes)
+    loaded = as_model(model, input_shapes, shape_ranges)
     return ModelLayers(loaded, layers_for(loaded, devices))
 
 
@@ -67,7 +71,8 @@ def inspect_model(model: Any, devices: DeviceSet | Sequence[str] | None = None, 
 
 def device_status(devices: DeviceSet | Sequence[str], *, model: Any = None,
                   memory: dict[str, str | int] | None = None,
-                  input_shapes: dict[str, tuple[int, ...]] | None = None):
+                  input_shapes: dict[str, tuple] | None = None,
+                  shape_ranges: dict | None = None):
     """Probe each device: compute rate, memory, copy bandwidth, and a score weighted for a
     model (equal weights without one).
 
@@ -78,7 +83,8 @@ def device_status(devices: DeviceSet | Sequence[str], *, model: Any = None,
         The model to weight the score for; its layers are those of a build for `devices`.
     memory : dict of str to str or int, optional
         Memory caps by device name.
-    input_shapes : dict of str to tuple of int, optional
+    input_shapes, shape_ranges : dict, optional
+        As for :func:`~tvm_hetero.load_model`.
 
     Returns
     -------
@@ -90,7 +96,8 @@ def device_status(devices: DeviceSet | Sequence[str], *, model: Any = None,
     devices = device_set(devices, memory)
     weights = TaskWeights.equal()
     if model is not None:
-        weights = TaskWeights.for_layers(layers_for(as_model(model, input_shapes), devices))
+        loaded = as_model(model, input_shapes, shape_ranges)
+        weights = TaskWeights.for_layers(layers_for(loaded, devices))
     return devices, weights, probe(devices, weights)
 
 

@@ -77,7 +77,8 @@ class CompileResult:
 def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *,
                   placement: Placement | str | None = None, records: str | None = None,
                   memory: dict[str, str | int] | None = None,
-                  input_shapes: dict[str, tuple[int, ...]] | None = None,
+                  input_shapes: dict[str, tuple] | None = None,
+                  shape_ranges: dict | None = None,
                   tune_trials: int = 0, tuning_db: str | None = None, tune_share: float = 1.0,
                   save_placement: str | None = None, progress: Callable | None = None,
                   native_warnings: bool = False, verify: bool = False,
@@ -98,8 +99,11 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
         memory caps is built.
     memory : dict of str to str or int, optional
         Memory caps by device name; a placement exceeding one is refused.
-    input_shapes : dict of str to tuple of int, optional
-        Static shapes for dynamic inputs.
+    input_shapes : dict of str to tuple, optional
+        Shapes for dynamic inputs (a dimension a size, or a name `shape_ranges` gives).
+    shape_ranges : dict, optional
+        ``{dimension: (min, max[, opt])}``: dimensions kept dynamic (see
+        :func:`~tvm_hetero.load_model`).
     tune_trials : int
         MetaSchedule trials per device for the placement's kernels (default 0: the rules
         only); needs `tuning_db`.
@@ -147,7 +151,7 @@ def compile_model(model: Any, devices: DeviceSet | Sequence[str], output: str, *
         raise PlacementError("give a placement or a records file (one of them)")
     devices = device_set(devices, memory)
     writable(output)
-    loaded = as_model(model, input_shapes)
+    loaded = as_model(model, input_shapes, shape_ranges)
     layers = layers_for(loaded, devices)
     if records is not None:
         placement = best_placement(records, loaded, devices, layers)
@@ -345,8 +349,9 @@ def run_library(library: str, devices: DeviceSet | Sequence[str] | None = None, 
     if isinstance(inputs, str):
         inputs = read_inputs(inputs)
     elif inputs is None:
-        rng = np.random.default_rng(seed)
-        inputs = {spec.name: spec.random(rng) for spec in compiled.inputs}
+        rng = np.random.default_rng(seed)  # dynamic dimensions at their tuning point
+        tuning_point = {name: r.opt for name, r in compiled.shape_ranges.items()}
+        inputs = {spec.name: spec.random(rng, tuning_point) for spec in compiled.inputs}
     outputs = compiled.run(inputs)
     latency = compiled.benchmark(inputs, warmup=warmup, repeat=repeat)
     profiled = compiled.profile(inputs, repeat=repeat, warmup=warmup,

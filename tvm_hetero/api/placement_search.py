@@ -18,7 +18,8 @@ from .common import as_model, device_set, layers_for, writable
 
 def tune_placement(model: Any, devices: DeviceSet | Sequence[str], records: str, output: str, *,
                    memory: dict[str, str | int] | None = None,
-                   input_shapes: dict[str, tuple[int, ...]] | None = None,
+                   input_shapes: dict[str, tuple] | None = None,
+                   shape_ranges: dict | None = None,
                    workdir: str | None = None, trials: int = 64, strategy: str = "xgb",
                    threshold: int = DEFAULT_THRESHOLD, batch_size: int = 8,
                    time_budget_s: float | None = None, early_stopping: int | None = None,
@@ -31,7 +32,7 @@ def tune_placement(model: Any, devices: DeviceSet | Sequence[str], records: str,
 
     Parameters
     ----------
-    model, devices, memory, input_shapes
+    model, devices, memory, input_shapes, shape_ranges
         As for :func:`compile_model`.
     records : str
         The records file (JSON lines), resumed when it exists.
@@ -64,7 +65,7 @@ def tune_placement(model: Any, devices: DeviceSet | Sequence[str], records: str,
     devices = device_set(devices, memory)
     writable(output)
     writable(records)
-    loaded = as_model(model, input_shapes)
+    loaded = as_model(model, input_shapes, shape_ranges)
     workdir = workdir or os.path.splitext(os.path.abspath(records))[0] + ".work"
     result = tune(loaded, devices, trials=trials, strategy=strategy, records=records,
                   workdir=workdir, threshold=threshold, batch_size=batch_size,
@@ -99,7 +100,8 @@ def tune_placement(model: Any, devices: DeviceSet | Sequence[str], records: str,
 
 def report_records(records: str, output_dir: str | None = None, *, model: Any = None,
                    devices: DeviceSet | Sequence[str] | None = None,
-                   input_shapes: dict[str, tuple[int, ...]] | None = None,
+                   input_shapes: dict[str, tuple] | None = None,
+                   shape_ranges: dict | None = None,
                    memory: dict[str, str | int] | None = None,
                    profile: bool = False) -> dict[str, Any]:
     """Write the report (``report.md``, ``placement.png``, ``search.png``) of a records file.
@@ -113,8 +115,8 @@ def report_records(records: str, output_dir: str | None = None, *, model: Any = 
     model, devices : optional
         The model and devices the records are of (default: the header ``tune`` wrote beside
         the records); the layers are those of a build for the devices.
-    input_shapes : dict of str to tuple of int, optional
-        Static shapes for dynamic inputs (over the header's).
+    input_shapes, shape_ranges : dict, optional
+        Shapes and ranges for dynamic inputs (over the header's).
     memory : dict of str to str or int, optional
         Memory caps, replacing the header's.
     profile : bool
@@ -133,7 +135,8 @@ def report_records(records: str, output_dir: str | None = None, *, model: Any = 
         raise HeteroError(f"records file not found: {records}")
     output_dir = output_dir or os.path.splitext(records)[0] + ".report"
     writable(output_dir)  # its parent must exist; the directory itself is created
-    loaded, devices = _records_model_and_devices(records, model, devices, input_shapes, memory)
+    loaded, devices = _records_model_and_devices(records, model, devices, input_shapes,
+                                                 memory, shape_ranges)
     layers = layers_for(loaded, devices)
     path = os.path.join(os.path.splitext(os.path.abspath(records))[0] + ".work", "profile.json")
     stored = Profile.load(path, loaded.fingerprint(), devices.fingerprint())
@@ -142,7 +145,8 @@ def report_records(records: str, output_dir: str | None = None, *, model: Any = 
     return write_report(output_dir, loaded, devices, records, stored, layers)
 
 
-def _records_model_and_devices(records, model, devices, input_shapes, memory):
+def _records_model_and_devices(records, model, devices, input_shapes, memory,
+                               shape_ranges=None):
     """The model and devices of a records file: those given, else its header's (caps given
     replace the header's)."""
     header = None
@@ -156,6 +160,7 @@ def _records_model_and_devices(records, model, devices, input_shapes, memory):
                               f"give {missing}")
     devices = device_set(devices if devices else header["devices"], memory)
     if model is not None:
-        return as_model(model, input_shapes), devices
+        return as_model(model, input_shapes, shape_ranges), devices
     shapes = {**header["input_shapes"], **(input_shapes or {})}
-    return load_model(header["model"], input_shapes=shapes), devices
+    return load_model(header["model"], input_shapes=shapes,
+                      shape_ranges=shape_ranges), devices

@@ -312,6 +312,7 @@ def build(model: Any, placement: Placement | str, devices: DeviceSet | Sequence[
         "devices": devices.to_json(), "inputs": [s.to_json() for s in model.inputs],
         "input_devices": input_devices, "num_weights": num_weights,
         "placement": dict(placement.assignment),
+        "shape_ranges": {name: r.to_json() for name, r in model.shape_ranges.items()},
     }
     stats.annotate_s = time.perf_counter() - start
 

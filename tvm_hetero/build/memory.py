@@ -30,14 +30,14 @@ class MemoryUse:
 
 
 def memory_use(layers, placement: Placement) -> dict[str, MemoryUse]:
-    """Estimated bytes per device used by `placement`."""
+    """Estimated bytes per device used by `placement` (activations at the maximum of the
+    model's shape ranges)."""
     on: dict[str, list] = {}
     peak: dict[str, int] = {}
     for layer in layers:
         device = placement[layer.name]
         on.setdefault(device, []).append(layer)
-        peak[device] = max(peak.get(device, 0),
-                           layer.activation_bytes_in + layer.activation_bytes_out)
+        peak[device] = max(peak.get(device, 0), layer.max_activation_bytes)
     return {device: MemoryUse(distinct_param_bytes(held), peak[device])
             for device, held in on.items()}
 

@@ -119,6 +119,10 @@ class CompiledModel:
         self.placement = placement
         self.libs = libs or {}
         self.stats = stats
+        from ..frontend.shape_ranges import as_ranges
+
+        # {dimension name: ShapeRange} of the dynamic dimensions this executable serves
+        self.shape_ranges = as_ranges(meta.get("shape_ranges"))
         self._vm = None
         self._weights = None
 
@@ -155,7 +159,7 @@ class CompiledModel:
         """Check numpy inputs against the input signature and put each on its device."""
         import tvm
 
-        arrays = match_inputs(inputs, self.inputs)
+        arrays = match_inputs(inputs, self.inputs, self.shape_ranges)
         runtime = self.devices.runtime_devices()
         placed = self.meta.get("input_devices", [0] * len(arrays))
         return [tvm.runtime.tensor(arr, runtime[dev]) for arr, dev in zip(arrays, placed)]
@@ -307,7 +311,7 @@ def _check_same_kinds(built: DeviceSet, given: DeviceSet, path: str) -> None:
                               f"({got.kind}) was given; built for {', '.join(built.names)}")
 
 
-def match_inputs(inputs, specs: list[InputSpec]) -> list[np.ndarray]:
+def match_inputs(inputs, specs: list[InputSpec], ranges=None) -> list[np.ndarray]:
     """Inputs in the model's order, checked against its input signature.
 
     Parameters
@@ -316,6 +320,8 @@ def match_inputs(inputs, specs: list[InputSpec]) -> list[np.ndarray]:
         By name (the Relax or the source model's name) or in order.
     specs : list of InputSpec
         The model's inputs.
+    ranges : dict of str to ShapeRange, optional
+        The sizes each named dynamic dimension of `specs` may take.
 
     Returns
     -------
@@ -325,8 +331,11 @@ def match_inputs(inputs, specs: list[InputSpec]) -> list[np.ndarray]:
     Raises
     ------
     InputError
-        A name missing or unknown, a count, shape or dtype that does not match.
+        A name missing or unknown, a count, shape or dtype that does not match, a dynamic
+        dimension outside its range.
     """
+    from ..frontend.shape_ranges import bind_dims
+
     if isinstance(inputs, dict):
         by_name = dict(inputs)
         for spec in specs:  # accept the source (ONNX) names too
@@ -342,12 +351,10 @@ def match_inputs(inputs, specs: list[InputSpec]) -> list[np.ndarray]:
         arrays = list(inputs)
         if len(arrays) != len(specs):
             raise InputError(f"the model takes {len(specs)} input(s), {len(arrays)} given")
+    arrays = [np.asarray(arr) for arr in arrays]
+    bind_dims([arr.shape for arr in arrays], specs, ranges or {})
     out = []
     for spec, arr in zip(specs, arrays):
-        arr = np.asarray(arr)
-        if tuple(arr.shape) != spec.shape:
-            raise InputError(f"input {spec.name!r} has shape {tuple(arr.shape)}, the model "
-                             f"expects {spec.shape}")
         if arr.dtype != np.dtype(spec.dtype):
             raise InputError(f"input {spec.name!r} has dtype {arr.dtype}, the model expects "
                              f"{spec.dtype}")

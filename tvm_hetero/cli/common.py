@@ -33,7 +33,14 @@ def parse_memory(items: list[str]) -> dict[str, str]:
 
 def add_input_shape_arg(parser) -> None:
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
-                        help="static shape for a dynamic model input, repeatable")
+                        help="shape for a dynamic model input, repeatable: each dimension a "
+                             "size, or a name given a range by --shape-range "
+                             "(input_ids=1,seq)")
+    parser.add_argument("--shape-range", action="append", default=[],
+                        metavar="DIM=MIN:MAX[:OPT]",
+                        help="keep a dynamic dimension dynamic: one library serves every "
+                             "size from MIN to MAX, tuned at OPT (default MAX); repeatable "
+                             "(seq=1:512:128)")
 
 
 def add_model_args(parser) -> None:
@@ -44,17 +51,33 @@ def add_model_args(parser) -> None:
     add_input_shape_arg(parser)
 
 
-def parse_input_shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
+def parse_input_shapes(items: list[str]) -> dict[str, tuple]:
     shapes = {}
     for item in items:
         name, _, dims = item.partition("=")
         try:
-            shapes[name] = tuple(int(d) for d in dims.split(","))
-            if not name or any(d <= 0 for d in shapes[name]):
+            shapes[name] = tuple(int(d) if d.strip().lstrip("-").isdigit() else d.strip()
+                                 for d in dims.split(","))
+            if not name or any(isinstance(d, int) and d <= 0
+                               or isinstance(d, str) and not d.isidentifier()
+                               for d in shapes[name]):
                 raise ValueError
         except ValueError:
-            raise ModelError(f"invalid --input-shape {item!r}: use NAME=1,3,224,224") from None
+            raise ModelError(f"invalid --input-shape {item!r}: use NAME=1,3,224,224 (a "
+                             "dynamic dimension by name: NAME=1,seq)") from None
     return shapes
+
+
+def parse_shape_ranges(items: list[str]) -> dict:
+    from ..api import parse_shape_range
+
+    ranges = {}
+    for item in items:
+        name, shape_range = parse_shape_range(item)
+        if name in ranges:
+            raise ModelError(f"--shape-range {name} given twice")
+        ranges[name] = shape_range
+    return ranges
 
 
 def print_json(data) -> None:
@@ -63,4 +86,4 @@ def print_json(data) -> None:
 
 
 __all__ = ["add_device_args", "add_input_shape_arg", "add_memory_args", "add_model_args",
-           "parse_input_shapes", "parse_memory", "print_json"]
+           "parse_input_shapes", "parse_memory", "parse_shape_ranges", "print_json"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import api
 from .common import (add_device_args, add_memory_args, add_model_args, parse_input_shapes,
-                     parse_memory, print_json)
+                     parse_memory, parse_shape_ranges, print_json)
 
 
 def register(subparsers) -> None:
@@ -56,6 +56,7 @@ def run(args) -> int:
     result = api.compile_model(
         args.model, args.devices, args.output, placement=args.placement, records=args.records,
         memory=parse_memory(args.memory), input_shapes=parse_input_shapes(args.input_shape),
+        shape_ranges=parse_shape_ranges(args.shape_range),
         tune_trials=args.tune_trials, tuning_db=args.tuning_db, tune_share=args.tune_share,
         save_placement=args.save_placement, progress=None if args.json else print,
         native_warnings=bool(args.verbose), verify=args.verify, seed=args.seed)

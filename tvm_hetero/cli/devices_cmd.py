@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import api
 from .common import (add_device_args, add_input_shape_arg, add_memory_args, parse_input_shapes,
-                     parse_memory, print_json)
+                     parse_memory, parse_shape_ranges, print_json)
 
 
 def register(subparsers) -> None:
@@ -25,7 +25,8 @@ def register(subparsers) -> None:
 def run(args) -> int:
     devices, weights, statuses = api.device_status(
         args.devices, model=args.model, memory=parse_memory(args.memory),
-        input_shapes=parse_input_shapes(args.input_shape))
+        input_shapes=parse_input_shapes(args.input_shape),
+        shape_ranges=parse_shape_ranges(args.shape_range))
     if args.json:
         print_json({"weights": weights.__dict__, "devices": [s.to_json() for s in statuses]})
         return 0

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .. import api
-from .common import add_device_args, add_model_args, parse_input_shapes, print_json
+from .common import (add_device_args, add_model_args, parse_input_shapes, parse_shape_ranges,
+                     print_json)
 
 
 def register(subparsers) -> None:
@@ -20,7 +21,8 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     found = api.inspect_model(args.model, args.devices,
-                              input_shapes=parse_input_shapes(args.input_shape))
+                              input_shapes=parse_input_shapes(args.input_shape),
+        shape_ranges=parse_shape_ranges(args.shape_range))
     if args.json:
         print_json(found.to_json())
     else:

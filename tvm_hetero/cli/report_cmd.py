@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import api
 from .common import (add_device_args, add_input_shape_arg, add_memory_args, parse_input_shapes,
-                     parse_memory, print_json)
+                     parse_memory, parse_shape_ranges, print_json)
 
 
 def register(subparsers) -> None:
@@ -32,6 +32,7 @@ def run(args) -> int:
     summary = api.report_records(args.records, args.output, model=args.model,
                                  devices=args.devices,
                                  input_shapes=parse_input_shapes(args.input_shape),
+        shape_ranges=parse_shape_ranges(args.shape_range),
                                  memory=parse_memory(args.memory), profile=args.profile)
     if args.json:
         print_json({k: v for k, v in summary.items() if k != "layers"}

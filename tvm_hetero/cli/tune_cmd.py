@@ -6,7 +6,7 @@ import sys
 
 from .. import api
 from .common import (add_device_args, add_memory_args, add_model_args, parse_input_shapes,
-                     parse_memory, print_json)
+                     parse_memory, parse_shape_ranges, print_json)
 
 
 def register(subparsers) -> None:
@@ -71,6 +71,7 @@ def run(args) -> int:
         result, summary = api.tune_placement(
             args.model, args.devices, args.records, args.output,
             memory=parse_memory(args.memory), input_shapes=parse_input_shapes(args.input_shape),
+        shape_ranges=parse_shape_ranges(args.shape_range),
             workdir=args.workdir, trials=args.trials, strategy=args.strategy,
             threshold=args.threshold, batch_size=args.batch_size,
             time_budget_s=args.time_budget, early_stopping=args.early_stopping, seed=args.seed,

@@ -26,14 +26,22 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """Shape and dtype of one tensor."""
+    """Shape and dtype of one tensor; for a dynamic one, `shape` at the tuning point of the
+    model's shape ranges and `max_shape` at their maximum."""
 
     shape: tuple[int, ...]
     dtype: str
+    max_shape: tuple[int, ...] | None = None
 
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * _dtype_bytes(self.dtype)
+
+    @property
+    def max_nbytes(self) -> int:
+        """Bytes at the maximum of the shape ranges (what a memory cap is checked at)."""
+        shape = self.shape if self.max_shape is None else self.max_shape
+        return int(np.prod(shape, dtype=np.int64)) * _dtype_bytes(self.dtype)
 
 
 @dataclass
@@ -53,7 +61,9 @@ class Layer:
     inputs, outputs : list of TensorInfo
         Activation tensors in (weights excluded) and out.
     flops : float
-        Floating-point operations of one call (TVM's TIR estimate).
+        Floating-point operations of one call (TVM's TIR estimate); for a model with shape
+        ranges, at their tuning point (as are the shapes of `inputs` and `outputs`; their
+        ``max_shape`` is at the ranges' maximum).
     param_bytes : int
         Bytes of the constants (weights) this layer reads.
     predecessors : list of str
@@ -91,13 +101,25 @@ class Layer:
     def activation_bytes_out(self) -> int:
         return sum(t.nbytes for t in self.outputs)
 
+    @property
+    def max_activation_bytes(self) -> int:
+        """Bytes in and out at the maximum of the model's shape ranges (memory caps)."""
+        return sum(t.max_nbytes for t in [*self.inputs, *self.outputs])
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["inputs"] = [{"shape": list(t.shape), "dtype": t.dtype} for t in self.inputs]
-        data["outputs"] = [{"shape": list(t.shape), "dtype": t.dtype} for t in self.outputs]
+        data["inputs"] = [_tensor_json(t) for t in self.inputs]
+        data["outputs"] = [_tensor_json(t) for t in self.outputs]
         data["activation_bytes_in"] = self.activation_bytes_in
         data["activation_bytes_out"] = self.activation_bytes_out
         return data
+
+
+def _tensor_json(t: TensorInfo) -> dict[str, Any]:
+    out = {"shape": list(t.shape), "dtype": t.dtype}
+    if t.max_shape is not None:
+        out["max_shape"] = list(t.max_shape)
+    return out
 
 
 def distinct_params(layers) -> dict[str, int]:
@@ -125,9 +147,11 @@ def _dtype_bytes(dtype: str) -> int:
 
 
 
-def _tensor_infos(ty, bounds: dict[str, int] | None = None) -> list[TensorInfo]:
-    """Shapes and dtypes of a type's tensors; a symbolic dimension (an output shape that
-    depends on input values) counts as its upper bound in `bounds`, or 1 where it has none."""
+def _tensor_infos(ty, bounds: dict[str, int] | None = None,
+                  max_bounds: dict[str, int] | None = None) -> list[TensorInfo]:
+    """Shapes and dtypes of a type's tensors; a symbolic dimension counts as its value in
+    `bounds` (a range's tuning point, an output shape's upper bound), or 1 where it has none,
+    and in ``max_shape`` as its value in `max_bounds` (when given)."""
     import tvm
     from tvm import relax
 
@@ -135,14 +159,19 @@ def _tensor_infos(ty, bounds: dict[str, int] | None = None) -> list[TensorInfo]:
         if ty.shape is None:
             raise ModelError("a layer has a tensor of unknown rank; tvm_hetero needs known "
                              "shapes")
-        dims = []
+        dims, max_dims = [], []
         for dim in ty.shape.values:
-            if not isinstance(dim, tvm.tirx.IntImm):
-                dim = bounded_dim(dim, bounds or {})
-            dims.append(int(dim))
-        return [TensorInfo(tuple(dims), str(ty.dtype))]
+            if isinstance(dim, tvm.tirx.IntImm):
+                dims.append(int(dim))
+                max_dims.append(int(dim))
+            else:
+                dims.append(int(bounded_dim(dim, bounds or {})))
+                max_dims.append(int(bounded_dim(dim, max_bounds or bounds or {})))
+        max_shape = tuple(max_dims) if max_dims != dims else None
+        return [TensorInfo(tuple(dims), str(ty.dtype), max_shape)]
     if isinstance(ty, relax.TupleType):
-        return [info for field_ty in ty.fields for info in _tensor_infos(field_ty, bounds)]
+        return [info for field_ty in ty.fields
+                for info in _tensor_infos(field_ty, bounds, max_bounds)]
     return []
 
 
@@ -179,7 +208,12 @@ def extract_layers(mod, config=None) -> list[Layer]:
     params = {p: p.name for p in mod["main"].params}
     flops_cache: dict[str, float] = {}
     layers: list[Layer] = []
-    bounds = upper_bounds(mod)
+    from ..frontend.shape_ranges import module_ranges, point
+
+    # a range's dimensions at its tuning point (FLOPs, bytes) and at its maximum (memory caps)
+    ranges = module_ranges(mod)
+    max_bounds = {**upper_bounds(mod), **point(ranges, "max")}
+    bounds = {**upper_bounds(mod), **point(ranges, "opt")}
     constant_keys: dict[Any, str] = {}  # constant -> its key, in program order
 
     def sources(expr) -> tuple[list[str], list[str]]:
@@ -206,7 +240,7 @@ def extract_layers(mod, config=None) -> list[Layer]:
                 key = constant_keys.setdefault(arg, f"c{len(constant_keys)}")
                 constants[key] = sum(t.nbytes for t in _tensor_infos(arg.ty))
             else:
-                act_inputs.extend(_tensor_infos(arg.ty, bounds))
+                act_inputs.extend(_tensor_infos(arg.ty, bounds, max_bounds))
         if gv.name_hint not in flops_cache:
             try:
                 flops_cache[gv.name_hint] = float(estimate_tir_flops(tvm.IRModule(
@@ -217,7 +251,7 @@ def extract_layers(mod, config=None) -> list[Layer]:
         preds, model_inputs = sources(call.args[1])
         layers.append(Layer(
             name=name, kind=layer_kind(func, kinds), op_kinds=kinds, func_name=gv.name_hint,
-            inputs=act_inputs, outputs=_tensor_infos(binding.var.ty, bounds),
+            inputs=act_inputs, outputs=_tensor_infos(binding.var.ty, bounds, max_bounds),
             flops=flops_cache[gv.name_hint], param_bytes=sum(constants.values()),
             predecessors=preds, model_inputs=model_inputs, index=index, params=constants,
         ))

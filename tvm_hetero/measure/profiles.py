@@ -144,6 +144,7 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
     progress : callable, optional
         Called with a message per device (the CLI shows it).
     """
+    from ..frontend.shape_ranges import module_ranges, point
     from ..layers.extract import extract_layers
     from ..layers.layered import cpu_only_layers, host_cpu, placed_module
     from ..placement import Placement
@@ -163,6 +164,9 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
         # each layer in the form of the device (its kernel differs, its name does not)
         mod = placed_module(model, devices, Placement.all_on(layers, device.name))
         bounds = upper_bounds(mod)  # shapes that depend on input values: timed at their bounds
+        # a shape range's dimensions: the dynamic kernel, timed at the range's tuning point
+        ranges = module_ranges(mod)
+        tuning_point = {**bounds, **point(ranges, "opt")} if ranges else None
         # index checks run on a CPU wherever they are placed (build): timed there
         cpu_only = cpu_only_layers(mod) if device.family != "cpu" else set()
         cache: dict[str, float] = {}
@@ -170,9 +174,11 @@ def profile_model(model, layers, devices: DeviceSet, path: str | None = None,
             if layer.name not in layer_ms:
                 continue
             if layer.func_name not in cache:
-                func = bounded_kernel(mod[mod.get_global_var(layer.func_name)], bounds)
+                func = mod[mod.get_global_var(layer.func_name)]
+                func = func if ranges else bounded_kernel(func, bounds)
                 runs_on = host_cpu(devices) if layer.name in cpu_only else device
-                cache[layer.func_name] = time_kernel(*kernel_for(func, runs_on), runs_on)
+                cache[layer.func_name] = time_kernel(
+                    *kernel_for(func, runs_on, dims=tuning_point), runs_on)
             layer_ms[layer.name][device.name] = cache[layer.func_name]
     transfer = {(a.name, b.name): measure_transfer(a, b)
                 for a in devices for b in devices if a.name != b.name}

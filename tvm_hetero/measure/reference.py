@@ -278,7 +278,8 @@ def verify_build(model, placement, devices, compiled, rules: dict[str, str | Non
     seed : int
         Seed of the random inputs (default 0).
     reference : Reference, optional
-        Computed when not given.
+        Computed when not given. For a model with shape ranges, the reference at their tuning
+        point; the outputs are also checked at the ranges' minimum and maximum.
     rule_table : RuleTable, optional
         The optimization table the build used (``build(..., rules=...)``; rebuilds use it
         too). None: the default table.
@@ -293,15 +294,29 @@ def verify_build(model, placement, devices, compiled, rules: dict[str, str | Non
         The outputs disagree; the message names the kernels and rules found at fault.
     """
 
-    inputs = model.random_inputs(seed)
-    if reference is None:
-        reference = reference_outputs(model, devices, inputs)
-    outputs = compiled.run(inputs)
-    ok, max_error = outputs_match(outputs, reference.outputs)
+    from ..frontend.shape_ranges import check_points
+
+    given = reference
+    # a dynamic model: at the tuning point, then at the ends of its ranges
+    points = [None]
+    if model.is_dynamic:
+        opt = model.dims_at("opt")
+        points = [opt] + [p for p in check_points(model.shape_ranges) if p != opt]
+    worst, first = 0.0, None
+    for dims in points:
+        inputs = model.random_inputs(seed, dims)
+        reference = given if given is not None and first is None else \
+            reference_outputs(model, devices, inputs)
+        first = first or reference
+        outputs = compiled.run(inputs)
+        ok, max_error = outputs_match(outputs, reference.outputs)
+        worst = max(worst, max_error)
+        if not ok:
+            break
     if ok:
-        logger.info("verified against %s: largest relative error %.3g", reference.describe(),
-                    max_error)
-        return Verification(reference, max_error)
+        logger.info("verified against %s: largest relative error %.3g%s", first.describe(),
+                    worst, f" at {len(points)} shapes" if len(points) > 1 else "")
+        return Verification(first, worst)
     mismatch = describe_mismatch(outputs, reference) or \
         f"outputs differ from {reference.label} (relative error {max_error:.3g})"
     from ..optimize.bisect import locate_rules

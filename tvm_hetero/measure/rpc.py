@@ -300,7 +300,9 @@ def _measure_remote(lib_path, host, port, key, priority, session_timeout_s, inpu
     # weights of devices other than the first, copied there once
     weights = _remote_items(sess, vm[WEIGHTS_FUNC]()) if meta.get("num_weights") else []
     specs = [InputSpec.from_json(spec) for spec in meta["inputs"]]
-    arrays = match_inputs(inputs, specs)
+    from ..frontend.shape_ranges import as_ranges
+
+    arrays = match_inputs(inputs, specs, as_ranges(meta.get("shape_ranges")))
     placed = meta.get("input_devices", [0] * len(arrays))
     args = [tvm.runtime.tensor(arr, devices[dev]) for arr, dev in zip(arrays, placed)]
 

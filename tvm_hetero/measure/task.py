@@ -55,6 +55,7 @@ class MeasureTask:
                reference: list[np.ndarray] | None = None) -> "MeasureTask":
         """Write the model, inputs and reference outputs under `workdir`; the reference is
         computed (:func:`tvm_hetero.measure.reference.reference_outputs`) unless given."""
+        from ..frontend.shape_ranges import ranged_shapes
         from .reference import reference_outputs
 
         model = load_model(model)
@@ -70,7 +71,7 @@ class MeasureTask:
             model_file = os.path.join(workdir, "model.json")
             with open(model_file, "w", encoding="utf-8") as handle:
                 handle.write(tvm.ir.save_json(model.mod))
-        input_shapes = {spec.source_name or spec.name: spec.shape for spec in model.inputs}
+        input_shapes = {name: tuple(dims) for name, dims in ranged_shapes(model).items()}
         inputs = model.random_inputs(seed)
         inputs_file = os.path.join(workdir, "inputs.npz")
         np.savez(inputs_file, **inputs)
@@ -83,6 +84,16 @@ class MeasureTask:
             source, detail = "the reference given", ""
         reference_file = os.path.join(workdir, "reference.npz")
         np.savez(reference_file, *reference)
+        # a dynamic model is timed at the tuning point (above) and checked at the ends of its
+        # ranges too: each candidate runs these as well (worker.extra_checks)
+        for where in ("min", "max"):
+            dims = model.dims_at(where) if model.is_dynamic else None
+            if dims is None or dims == model.dims_at("opt"):
+                continue
+            at_inputs = model.random_inputs(seed, dims)
+            np.savez(os.path.join(workdir, f"inputs.at-{where}.npz"), **at_inputs)
+            np.savez(os.path.join(workdir, f"reference.at-{where}.npz"),
+                     *reference_outputs(model, devices, at_inputs, layers).outputs)
         return cls(model, devices, workdir, layers, model_file, input_shapes, inputs_file,
                    reference_file, list(reference), source, detail)
 

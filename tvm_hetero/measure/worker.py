@@ -38,6 +38,42 @@ def _model(model_file: str, input_shapes: dict[str, tuple[int, ...]]):
     return _MODELS[model_file]
 
 
+def extra_checks(inputs_file: str, reference_file: str) -> list[tuple[str, dict, list]]:
+    """``(label, inputs, reference)`` of the other shapes a dynamic model's candidates are
+    checked at (``inputs.at-min.npz`` beside `inputs_file`, its reference beside
+    `reference_file`); empty for a static model."""
+    checks = []
+    for where in ("min", "max"):
+        at_inputs = inputs_file.replace("inputs.npz", f"inputs.at-{where}.npz")
+        at_reference = reference_file.replace("reference.npz", f"reference.at-{where}.npz")
+        if at_inputs != inputs_file and os.path.exists(at_inputs) \
+                and os.path.exists(at_reference):
+            checks.append((where, *_load_pair(at_inputs, at_reference)))
+    return checks
+
+
+def _load_pair(inputs_file: str, reference_file: str) -> tuple[dict, list]:
+    with np.load(inputs_file, allow_pickle=False) as data:
+        inputs = {key: data[key] for key in data.files}
+    with np.load(reference_file, allow_pickle=False) as data:
+        reference = [data[f"arr_{i}"] for i in range(len(data.files))]
+    return inputs, reference
+
+
+def _check_all(compiled, reference, checks, outputs) -> tuple[bool, float]:
+    """`outputs` (of the timed inputs), then the outputs at each extra check's inputs, against
+    their references: (all match, the largest error)."""
+    from .reference import outputs_match
+
+    ok, max_error = outputs_match(outputs, reference)
+    for _, at_inputs, at_reference in checks:
+        if not ok:
+            break
+        ok, error = outputs_match(compiled.run(at_inputs), at_reference)
+        max_error = max(max_error, error)
+    return ok, max_error
+
+
 def build_candidate(model_file: str, input_shapes: dict, devices_json: list,
                     placement: dict[str, str], out_path: str, rules=None) -> float:
     """Build one placement and export it to `out_path`; returns the build seconds. `rules`:
@@ -67,18 +103,15 @@ def run_candidate(lib_path: str, devices_json: list, inputs_file: str, reference
     more call instead of `warmup` + `repeat` measurements (``"screened": True``)."""
     from ..build.runtime import load
     from ..devices import DeviceSet
-    from .reference import outputs_match
 
     _quiet_worker_logs()
     compiled = load(lib_path, DeviceSet.from_json(devices_json))
-    with np.load(inputs_file, allow_pickle=False) as data:
-        inputs = {key: data[key] for key in data.files}
-    with np.load(reference_file, allow_pickle=False) as data:
-        reference = [data[f"arr_{i}"] for i in range(len(data.files))]
+    inputs, reference = _load_pair(inputs_file, reference_file)
     start = time.perf_counter()
     outputs = compiled.run(inputs)
     check_ms = (time.perf_counter() - start) * 1e3
-    ok, max_error = outputs_match(outputs, reference)
+    ok, max_error = _check_all(compiled, reference, extra_checks(inputs_file, reference_file),
+                               outputs)
     if not ok:
         return {"ok": False, "max_error": max_error, "latencies_ms": []}
     screened = slow_ms is not None and check_ms > slow_ms
@@ -98,18 +131,15 @@ def retime_candidates(lib_paths: list[str], devices_json: list, inputs_file: str
     least `min_repeat_ms`), so that a slow spell of the machine falls on all of them."""
     from ..build.runtime import load
     from ..devices import DeviceSet
-    from .reference import outputs_match
 
     _quiet_worker_logs()
     devices = DeviceSet.from_json(devices_json)
-    with np.load(inputs_file, allow_pickle=False) as data:
-        inputs = {key: data[key] for key in data.files}
-    with np.load(reference_file, allow_pickle=False) as data:
-        reference = [data[f"arr_{i}"] for i in range(len(data.files))]
+    inputs, reference = _load_pair(inputs_file, reference_file)
+    checks = extra_checks(inputs_file, reference_file)
     compiled, out = [], []
     for path in lib_paths:
         model = load(path, devices)
-        ok, max_error = outputs_match(model.run(inputs), reference)
+        ok, max_error = _check_all(model, reference, checks, model.run(inputs))
         compiled.append(model if ok else None)
         out.append({"ok": ok, "max_error": max_error, "rounds_ms": []})
     for _ in range(rounds):

@@ -56,13 +56,21 @@ def build_kernel(scheduled, device: Device):
     return tvm.tirx.build(scheduled, target=device.tvm_target())
 
 
-def kernel_for(func, device: Device, chosen: dict | None = None, rules=None):
+def kernel_for(func, device: Device, chosen: dict | None = None, rules=None,
+               dims: dict[str, int] | None = None):
     """A layer's PrimFunc compiled alone for one device, scheduled by the rules the placed
     executable's kernels get: ``(library, scheduled PrimFunc)`` (a rule may change the
     parameters' layout: time the library with the scheduled function's parameters).
     `chosen` receives ``{"main": rule name}``; `rules` is the optimization table (None: the
-    default table)."""
+    default table). `dims` fixes symbolic dimensions *after* scheduling: the kernel a dynamic
+    executable runs, at one shape."""
+    import tvm
+
+    from ..relax_ir import bounded_kernel
+
     scheduled = schedule_kernel(func, device, chosen, rules)
+    if dims:
+        scheduled = tvm.IRModule({"main": bounded_kernel(scheduled["main"], dims)})
     return build_kernel(scheduled, device), scheduled["main"]
 
 

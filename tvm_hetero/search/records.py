@@ -213,12 +213,13 @@ def write_header(records: str, model, devices, reference: str | None = None,
     (`reference`) what the candidates' outputs were checked against, e.g. ``onnxruntime``
     (`reference_detail`: its version, or why it was not used). Returns the path, or None for a
     model without a source to name (an in-memory model)."""
+    from ..frontend.shape_ranges import ranged_shapes
+
     if not getattr(model, "source", ""):
         logger.info("no records header: the model was given in memory, not by a source")
         return None
     header = {"format": HEADER_FORMAT, "version": VERSION, "model": model.source,
-              "input_shapes": {spec.source_name or spec.name: list(spec.shape)
-                               for spec in model.inputs},
+              "input_shapes": ranged_shapes(model),
               "devices": devices.to_json()}
     if reference:
         header["reference"] = reference

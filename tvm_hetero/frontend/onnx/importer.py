@@ -145,7 +145,8 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
     model : onnx.ModelProto
         The model (not modified).
     shape_dict, dtype_dict : dict
-        Static shape and dtype of each graph input.
+        Shape and dtype of each graph input; a dimension of a shape is a size or the name of
+        a dynamic dimension.
 
     Returns
     -------
@@ -205,7 +206,11 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
                 return super()._convert_operator(op_name, inputs, attrs, opset)
             return self.bb.normalize(result) if isinstance(result, relax.Expr) else result
 
-    importer = _FixedImporter(shape_dict, dtype_dict, keep_params_in_input=False)
+    # inputs with a named dynamic dimension take their shape from the pinned graph (TVM makes
+    # one symbolic variable per name)
+    static_dict = {name: shape for name, shape in shape_dict.items()
+                   if all(not isinstance(d, str) for d in shape)}
+    importer = _FixedImporter(static_dict, dtype_dict, keep_params_in_input=False)
     importer.upper_bounds = {}  # symbolic dimension name -> upper bound
     mod = importer.from_onnx(model_copy.graph, _opset(model_copy))
     if importer.upper_bounds:

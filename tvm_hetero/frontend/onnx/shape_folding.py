@@ -52,8 +52,9 @@ def pin_input_shapes(model, shape_dict: dict[str, list]) -> None:
     ----------
     model : onnx.ModelProto
         The model (a copy the caller owns).
-    shape_dict : dict of str to list of int
-        The static shape of each graph input, by name.
+    shape_dict : dict of str to list of int or str
+        The shape of each graph input, by name: a size, or the name of a dynamic dimension
+        (written as the dimension's ``dim_param``; inputs that share a name share a size).
 
     Notes
     -----
@@ -68,7 +69,10 @@ def pin_input_shapes(model, shape_dict: dict[str, list]) -> None:
         shape = value.type.tensor_type.shape
         shape.ClearField("dim")
         for size in shape_dict[value.name]:
-            shape.dim.add().dim_value = int(size)
+            if isinstance(size, str):
+                shape.dim.add().dim_param = size
+            else:
+                shape.dim.add().dim_value = int(size)
     kept = [v for v in graph.value_info if _is_static(v)]
     graph.ClearField("value_info")
     graph.value_info.extend(kept)

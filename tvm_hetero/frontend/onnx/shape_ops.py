@@ -44,6 +44,9 @@ def _slice_runtime_bounds(importer, inputs, attrs):
     data = inputs[0]
     dims = static_dims(data, "Slice")
     out_dims = importer.inferred_shape(attrs)
+    if out_dims is None and any(isinstance(b, relax.ShapeExpr)
+                                for b in bounds):
+        return None  # bounds from symbolic dimensions (a shape range): TVM's converter
     if out_dims is None or len(out_dims) != len(dims):
         raise ModelError(f"Slice (node {node_name(attrs)}) takes its bounds at run time and "
                          "ONNX shape inference cannot fix the output shape; tvm_hetero needs "

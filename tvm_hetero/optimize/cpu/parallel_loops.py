@@ -6,7 +6,9 @@ reductions only):
 2. for each remaining block with spatial loops ``S0..Sn`` and reduction loops ``R0..Rm``:
    reorder to ``S0..Sn-1, R0..Rm, Sn`` so the innermost loop walks contiguous output (LLVM
    vectorizes it), fuse the outer spatial loops and parallelize the fused loop over the cores
-   when the block does enough work (``MIN_PARALLEL_WORK`` iterations) to pay for the pool.
+   when the block does enough work (``MIN_PARALLEL_WORK`` iterations) to pay for the pool;
+   a fused loop whose extent is symbolic (the rows of a shape range) is parallel when the
+   static loops under it do ``MIN_SYMBOLIC_ROW_WORK`` iterations per row.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from ...layers.classify import LAYER_KINDS
 from ..rule import Rule
 from .analysis import iterations, loop_extent
 from .schedule_helpers import MIN_PARALLEL_EXTENT, MIN_PARALLEL_WORK, schedule_inlined
+
+
+# the static iterations under a parallel loop of symbolic extent that pay for the pool
+MIN_SYMBOLIC_ROW_WORK = 1 << 10
 
 
 class ParallelLoops(Rule):
@@ -57,6 +63,11 @@ class ParallelLoops(Rule):
             outer = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
             extent = loop_extent(sch, outer)
             if extent is not None and extent >= MIN_PARALLEL_EXTENT and work >= MIN_PARALLEL_WORK:
+                sch.parallel(outer)
+                changed = True
+            elif extent is None and work >= MIN_SYMBOLIC_ROW_WORK:
+                # rows known only at run time (a shape range's batch or sequence): parallel
+                # whenever each row is enough work, as one row costs the pool one task
                 sch.parallel(outer)
                 changed = True
         return sch.mod["main"] if changed else None
