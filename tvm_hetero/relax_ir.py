@@ -208,7 +208,9 @@ def bounded_kernel(func, bounds: dict[str, int]):
             if shape is not None:  # a buffer
                 if all(isinstance(d, tvm.tirx.IntImm) for d in shape):
                     continue
-                dims = [d if isinstance(d, tvm.tirx.IntImm) else bounded_dim(d, bounds)
+                # a fixed dimension keeps its type (int64 shapes: int64 loops)
+                dims = [d if isinstance(d, tvm.tirx.IntImm)
+                        else tvm.tirx.const(bounded_dim(d, bounds), str(d.ty.dtype))
                         for d in shape]
                 func = func.specialize({param: tvm.tirx.decl_buffer(
                     dims, param.ty.dtype, elem_offset=param.ty.elem_offset)})

@@ -33,6 +33,7 @@ from .cpu.fast_math import fast_math
 from .gpu import GPU_RULE_NAMES
 from .gpu.limits import within_gpu_limits
 from .repack import repack_weight_arguments
+from .row_loop import schedule_rows
 from .rule import family_of
 from .table import RuleTable, resolve_table
 from .unit_reductions import FoldUnitReductions, fold_unit_reductions
@@ -44,6 +45,8 @@ TUNED = "meta-schedule"
 # The rule name of a kernel written already scheduled (``tir.is_scheduled``, e.g. the
 # frontend's index checks): no rule touches it.
 AS_WRITTEN = "as-written"
+# The rule name's prefix of a kernel run as a loop over chunks of its symbolic rows.
+ROW_CHUNKS = "rows:"
 # Set to 1: a rule that raises fails the build instead of passing the kernel on.
 STRICT_RULES_ENV = "TVM_HETERO_STRICT_RULES"
 
@@ -53,19 +56,51 @@ def strict_rules() -> bool:
     return os.environ.get(STRICT_RULES_ENV, "") not in ("", "0")
 
 
+def is_static(func) -> bool:
+    """Whether every buffer parameter of a PrimFunc has a static shape and none is a scalar."""
+    for param in func.params:
+        shape = getattr(param.ty, "shape", None)
+        if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape):
+            return False
+    return True
+
+
 def optimize_function(func, target, name: str = "main", rules: RuleTable | None = None):
     """Schedule one kernel (called `name` in messages) by the rules of its (family, kind) in
-    `rules` (None: the default table); returns ``(func, rule name or None)``."""
+    `rules` (None: the default table); returns ``(func, rule name or None)``.
+
+    A CPU kernel with a symbolic row count (a model imported with a shape range) becomes a
+    loop over chunks of rows run by static kernels the rules schedule
+    (:mod:`~tvm_hetero.optimize.row_loop`), named ``rows:<rule>`` by the rule of its largest
+    chunk; where its rows are not independent, the rules see it as it is."""
     if func.attrs is not None and bool(func.attrs.get("tir.is_scheduled", False)):
         return func, AS_WRITTEN
     table = resolve_table(rules)
+    family = family_of(target)
+    if family == "cpu" and not is_static(func) and active_choices() is None:
+        rows = schedule_rows(
+            func, lambda static, first: _apply_rules(static, target, name, table, first))
+        if rows is not None:
+            kernel, rule = rows
+            return _finished(func, kernel, table, family), ROW_CHUNKS + rule
+    found = _apply_rules(func, target, name, table)
+    if found is None:
+        return func, None
+    return _finished(func, found[0], table, family), found[1]
+
+
+def _apply_rules(func, target, name: str, table: RuleTable, first: str | None = None):
+    """``(scheduled, rule name)`` by the first of the table's rules for `func` that applies
+    (`first`, when named, tried before the others), or None."""
     kind = kernel_kind(func)
     family = family_of(target)
     choices = active_choices()
     # what every rule (dlight's too) is given: reductions over a single point written as the
     # elementwise blocks they are (normalize_prim_func + inlining got them wrong)
     canonical = fold_unit_reductions(func)
-    for rule in table.rules_for(family, kind):
+    ordered = table.rules_for(family, kind)
+    ordered.sort(key=lambda rule: rule.name != first)
+    for rule in ordered:
         if choices is not None:  # only the choices of the rule that schedules the kernel
             choices.restart()
         try:
@@ -85,15 +120,20 @@ def optimize_function(func, target, name: str = "main", rules: RuleTable | None 
         if scheduled is not None:
             if choices is not None:
                 choices.commit()
-            if family == "cpu":
-                # vector math for exp, sigmoid, erf, tanh and small powers, once scheduled: a
-                # rewritten call inlined into two consumers would define its variable twice
-                scheduled = fast_math(scheduled, exp_and_sigmoid=table.fast_exp)
-            keep = {k: v for k, v in func.attrs.items()} if func.attrs is not None else {}
-            return scheduled.with_attrs(keep) if keep else scheduled, rule.name
+            return scheduled, rule.name
     if choices is not None:
         choices.restart()
-    return func, None
+    return None
+
+
+def _finished(func, scheduled, table: RuleTable, family: str):
+    """A scheduled kernel with `func`'s attributes kept (and its own), its CPU math fast."""
+    if family == "cpu":
+        # vector math for exp, sigmoid, erf, tanh and small powers, once scheduled: a
+        # rewritten call inlined into two consumers would define its variable twice
+        scheduled = fast_math(scheduled, exp_and_sigmoid=table.fast_exp)
+    keep = {k: v for k, v in func.attrs.items()} if func.attrs is not None else {}
+    return scheduled.with_attrs(keep) if keep else scheduled
 
 
 @tvm.transform.module_pass(opt_level=0, name="tvm_hetero.OptimizeLayers")
@@ -209,5 +249,5 @@ def schedule_passes(devices, optimize: bool = True, tuning=None,
     return passes
 
 
-__all__ = ["OptimizeLayers", "STRICT_RULES_ENV", "TUNED", "optimize_function",
-           "schedule_passes", "strict_rules"]
+__all__ = ["OptimizeLayers", "ROW_CHUNKS", "STRICT_RULES_ENV", "TUNED", "is_static",
+           "optimize_function", "schedule_passes", "strict_rules"]
