@@ -23,6 +23,7 @@ import numpy as np
 import tvm_hetero as th
 from tvm_hetero import ShapeRange
 from tvm_hetero.measure.reference import outputs_match
+from tvm_hetero.optimize.pass_ import ROW_CHUNKS
 
 # model -> (the dynamic dimension's name in the export, range, shapes timed, how inputs look)
 CASES = {
@@ -136,6 +137,8 @@ def run_case(exports: str, name: str, exporter: str, checks: int, rounds: int,
                      "ort_ms": best["onnxruntime"],
                      "dynamic_build_s": dynamic_build_s, "static_build_s": static_build_s,
                      "unscheduled": sum(1 for r in compiled.stats.rules.values() if r is None),
+                     "row_loops": sum(1 for r in compiled.stats.rules.values()
+                                      if r is not None and r.startswith(ROW_CHUNKS)),
                      "kernels": len(compiled.stats.rules)})
     return rows
 
@@ -160,14 +163,14 @@ def main() -> None:
     print(f"CPU: {cpu_name()}; tvm_hetero all on cpu; onnxruntime on {os.cpu_count()} threads")
     print("| model | range | size | right (shapes checked, max error) | dynamic ms | static ms "
           "| onnxruntime ms | dynamic / static | dynamic / ort | build s dynamic / static "
-          "| kernels unscheduled |")
-    print("|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|")
+          "| kernels unscheduled | row loops |")
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|")
     for name in args.models:
         try:
             rows = run_case(args.exports, name, args.exporter, args.checks, args.rounds,
                             devices)
         except th.HeteroError as err:
-            print(f"| {name} | - | - | {err} | | | | | | | |")
+            print(f"| {name} | - | - | {err} | | | | | | | | |")
             continue
         for r in rows:
             print(f"| {r['model']} ({r['dim']}) | {r['range']} | {r['size']} | "
@@ -176,7 +179,7 @@ def main() -> None:
                   f"{r['dynamic_ms'] / r['static_ms']:.2f} | "
                   f"{r['dynamic_ms'] / r['ort_ms']:.2f} | "
                   f"{r['dynamic_build_s']:.1f} / {r['static_build_s']:.1f} | "
-                  f"{r['unscheduled']} of {r['kernels']} |", flush=True)
+                  f"{r['unscheduled']} of {r['kernels']} | {r['row_loops']} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tvm_hetero as th
 from tvm_hetero.search.records import header_path, read_header
 from tvm_hetero.cli.main import main
+from tvm_hetero.optimize.pass_ import ROW_CHUNKS
 from tvm_hetero.frontend.shape_ranges import (ShapeRange, parse_shape_range, ranged_shapes,
                                               split_ranged_dims)
 
@@ -110,6 +111,11 @@ def test_one_library_runs_every_shape_in_range(tmp_path, placement):
     chosen = th.Placement.all_on(layers, "cpu") if placement == "all-cpu" else th.Placement(
         {l.name: DEVICES[i % 2] for i, l in enumerate(layers)})
     compiled = th.build(model, chosen, devices)
+    # the kernels whose rows are independent run as row loops of scheduled static kernels;
+    # the softmax over the sequence is not one
+    rules = compiled.stats.rules
+    assert sorted(r for r in rules.values() if r and r.startswith(ROW_CHUNKS)) == [
+        "rows:packed-matmul", "rows:packed-matmul", "rows:row-reductions"], rules
     path = str(tmp_path / "dyn.so")
     compiled.export_library(path)
     loaded = th.load(path)
