@@ -11,7 +11,8 @@ from tvm_hetero.optimize.cpu.packed_weights import PACKED_WEIGHTS_ATTR
 from tvm_hetero.optimize.pass_ import ROW_CHUNKS, optimize_function
 from tvm_hetero.optimize.repack import _layout, pack_weight
 from tvm_hetero.optimize.row_loop import (MAX_CHUNK, MIN_CHUNK_FLOPS, MIN_WEIGHT_REUSE,
-                                          chunk_levels, row_axes, rows_independent)
+                                          chunk_levels, row_axes, rows_independent,
+                                          schedule_rows)
 from tvm_hetero.relax_ir import OP_KINDS_ATTR
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": host_cpu_name(),
@@ -76,6 +77,32 @@ def test_matmul_rows_right_at_every_remainder():
         a = rng.standard_normal((rows, 256)).astype("float32")
         got = _run(scheduled, [a, _weight_for(scheduled, w), b], (rows, 256))
         np.testing.assert_allclose(got, a @ w + b, rtol=1e-4, atol=1e-4, err_msg=str(rows))
+
+
+@pytest.mark.parametrize("rows_dims", [1, 2])
+def test_rows_below_the_smallest_chunk_run_padded(rows_dims):
+    """Where no rule schedules the small chunks alike, the last chunk size takes the rest on
+    zero-padded copies of its rows."""
+    dims = [tirx.Var("b", "int64"), tirx.Var("s", "int64")][-rows_dims:]
+    func = matmul_bias(dims, k=64, n=48)
+
+    def schedule(static, first):  # chunks of 8 rows and more only
+        if int(static.params[0].ty.shape[-2]) < 8:
+            return None
+        scheduled, rule = optimize_function(static, TARGET, "k")
+        return (scheduled, rule) if rule is not None else None
+
+    scheduled, rule = schedule_rows(func, schedule)
+    assert "padded_tail" in scheduled.script()
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((64, 48)).astype("float32")
+    b = rng.standard_normal(48).astype("float32")
+    shapes = [(rows,) for rows in (1, 7, 8, 9, 31, 77)] if rows_dims == 1 else [
+        (1, 3), (3, 5), (2, 9)]
+    for shape in shapes:
+        a = rng.standard_normal((*shape, 64)).astype("float32")
+        got = _run(scheduled, [a, _weight_for(scheduled, w), b], (*shape, 48))
+        np.testing.assert_allclose(got, a @ w + b, rtol=1e-4, atol=1e-4, err_msg=str(shape))
 
 
 def test_rows_over_two_dimensions():

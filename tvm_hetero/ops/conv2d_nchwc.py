@@ -40,7 +40,8 @@ def conv2d_nchwc(data, weight, strides, padding, dilation):
     input channels into one axis read through a division, which schedules worse)."""
     from tvm import te
 
-    batch, in_blocks, height, width, _ = (int(v) for v in data.shape)
+    batch = data.shape[0]  # symbolic in a model of a batch range
+    in_blocks, height, width = (int(v) for v in list(data.shape)[1:4])
     out_blocks, _, window_h, window_w, in_lanes, out_lanes = (int(v) for v in weight.shape)
     data, (out_h, out_w), (stride_h, stride_w), (dilation_h, dilation_w) = _padded_window(
         data, height, width, window_h, window_w, strides, padding, dilation)
@@ -74,7 +75,8 @@ def depthwise_conv2d_nchwc(data, weight, strides, padding, dilation):
     0, lane]``, every multiply-add a whole vector of the block's channels."""
     from tvm import te
 
-    batch, blocks, height, width, lanes = (int(v) for v in data.shape)
+    batch = data.shape[0]  # symbolic in a model of a batch range
+    blocks, height, width, lanes = (int(v) for v in list(data.shape)[1:])
     _, _, window_h, window_w, _, _ = (int(v) for v in weight.shape)
     data, (out_h, out_w), (stride_h, stride_w), (dilation_h, dilation_w) = _padded_window(
         data, height, width, window_h, window_w, strides, padding, dilation)

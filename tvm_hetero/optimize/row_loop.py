@@ -177,13 +177,16 @@ def chunk_levels(flops_per_row: float, weight_elements: int) -> list[int]:
     return levels
 
 
-def row_loop_kernel(func, rows, axes: dict[int, int], levels: list[tuple[int, object]]):
+def row_loop_kernel(func, rows, axes: dict[int, int], levels: list[tuple[int, object]],
+                    tail=None):
     """`func` as a loop over chunks of its rows (the product of the dimensions `rows`, a run
     of axes from ``axes[param index]`` in each row buffer): ``levels`` are ``(chunk size, that
-    size's scheduled static kernel)``, largest first, the last of size 1. Every static kernel
-    has `func`'s parameters in order, its row buffers with the row axes ``1, ..., 1, size`` and
-    the other parameters (its weights, perhaps packed) as the first level's, which the result
-    takes."""
+    size's scheduled static kernel)``, largest first. Every static kernel has `func`'s
+    parameters in order, its row buffers with the row axes ``1, ..., 1, size`` and the other
+    parameters (its weights, perhaps packed) as the first level's, which the result takes.
+    Rows fewer than the last size (when it is not 1) run once through `tail`, a copy of the
+    last kernel (its own buffers and variables), on zero-padded copies of the rows."""
+    import tvm
     from tvm import s_tir, tirx
 
     dtype = str(rows[0].ty.dtype)
@@ -201,26 +204,70 @@ def row_loop_kernel(func, rows, axes: dict[int, int], levels: list[tuple[int, ob
             row = tirx.floordiv(row, rows[offset]) if offset else row
         return point
 
+    def weight_views(kernel):
+        return [tirx.DeclBuffer(inner, data=outer.data)
+                for index, (outer, inner) in enumerate(zip(params, kernel.params))
+                if index not in axes and not inner.same_as(outer)]
+
     stmts, start = [], tirx.const(0, dtype)
     for size, kernel in levels:
         size_expr = tirx.const(size, dtype)
         count = tirx.floordiv(total - start, size_expr)
         chunk = tirx.Var(f"chunk{size}", dtype)
         row = start + chunk * size_expr
-        views = []
-        for index, (outer, inner) in enumerate(zip(params, kernel.params)):
-            if inner.same_as(outer):
-                continue
-            data = outer.ptr_to(at(row, index)) if index in axes else outer.data
-            views.append(tirx.DeclBuffer(inner, data=data))
-        body = tirx.SeqStmt([*views, kernel.body]) if views else kernel.body
-        stmts.append(tirx.For(chunk, tirx.const(0, dtype), count, tirx.ForKind.SERIAL, body))
+        views = [tirx.DeclBuffer(kernel.params[index], data=params[index].ptr_to(at(row, index)))
+                 for index in axes] + weight_views(kernel)
+        stmts.append(tirx.For(chunk, tirx.const(0, dtype), count, tirx.ForKind.SERIAL,
+                              tirx.SeqStmt([*views, kernel.body])))
         start = start + count * size_expr
+    if levels[-1][0] > 1:
+        stmts.append(_padded_tail(func, tail, params, axes, len(rows), total - start,
+                                  lambda index: at(start, index), weight_views(tail)))
+    loops = stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)  # no SeqStmt of one
     # the passes after scheduling want a root block
-    root = s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], "root", tirx.SeqStmt(stmts)))
+    root = s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], "root", loops))
     attrs = {k: v for k, v in first.attrs.items()} if first.attrs is not None else {}
     out = tirx.PrimFunc(params, root, ret_type=func.ret_type)
-    return out.with_attrs(attrs) if attrs else out
+    out = out.with_attrs(attrs) if attrs else out
+    # the kernels' bodies were specialized from one function: each loop its own variable
+    return tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": out}))["main"]
+
+
+def _padded_tail(func, kernel, params, axes, row_dims: int, left, first_row, weight_views):
+    """The last `left` rows (fewer than `kernel`'s) through `kernel` on copies: its row buffers
+    allocated, the inputs' rows copied in and zero-padded, the outputs' rows copied out."""
+    from tvm import s_tir, tirx
+
+    dtype = str(left.ty.dtype)
+    written = {region.source for block in _blocks(func) for region in block.writes}
+    copies_in, copies_out = [], []
+    for index in axes:
+        outer, inner = params[index], kernel.params[index]
+        axis = axes[index]
+        row_elements = math.prod(int(d) for d in inner.ty.shape[axis + row_dims:])
+        capacity = math.prod(int(d) for d in inner.ty.shape)
+        flat_outer = tirx.decl_buffer([capacity], outer.ty.dtype, f"{outer.name}_rows")
+        flat_inner = tirx.decl_buffer([capacity], inner.ty.dtype, f"{inner.name}_flat")
+        real = left * tirx.const(row_elements, dtype)
+        element = tirx.Var("e", dtype)
+        decls = [tirx.DeclBuffer(flat_outer, data=outer.ptr_to(first_row(index))),
+                 tirx.DeclBuffer(flat_inner, data=inner.data)]
+        if outer in written:
+            store = tirx.BufferStore(flat_outer, tirx.BufferLoad(flat_inner, [element]),
+                                     [element])
+            copies_out.append(tirx.SeqStmt([*decls, tirx.For(
+                element, tirx.const(0, dtype), real, tirx.ForKind.SERIAL, store)]))
+        else:
+            value = tirx.if_then_else(element < real, tirx.BufferLoad(flat_outer, [element]),
+                                      tirx.const(0, str(inner.ty.dtype)))
+            store = tirx.BufferStore(flat_inner, value, [element])
+            copies_in.append(tirx.SeqStmt([*decls, tirx.For(
+                element, tirx.const(0, dtype), tirx.const(capacity, dtype),
+                tirx.ForKind.SERIAL, store)]))
+    body = tirx.SeqStmt([*copies_in, *weight_views, kernel.body, *copies_out])
+    block = s_tir.SBlock([], [], [], "padded_tail", body,
+                         alloc_buffers=[kernel.params[index] for index in axes])
+    return tirx.IfThenElse(left > 0, s_tir.SBlockRealize([], True, block), None)
 
 
 def _packing(kernel):
@@ -255,20 +302,24 @@ def schedule_rows(func, schedule):
     flops = float(estimate_tir_flops(tvm.IRModule({"main": one_row})))
     levels, first_rule = [], None
     for size in chunk_levels(flops, _weight_elements(one_row, axes)):
-        static = one_row if size == 1 else chunk_of(size)
-        scheduled = schedule(static, first_rule)
+        scheduled = schedule(one_row if size == 1 else chunk_of(size), first_rule)
         if scheduled is None:
-            return None
+            break
         kernel, rule = scheduled
         if first_rule is None:
             first_rule = rule
-        elif _packing(kernel) != _packing(levels[0][1]) or any(
+        elif rule != first_rule or _packing(kernel) != _packing(levels[0][1]) or any(
                 [int(d) for d in kernel.params[i].ty.shape]
                 != [int(d) for d in levels[0][1].params[i].ty.shape]
                 for i in range(len(func.params)) if i not in axes):
-            return None  # a weight packed another way
+            break  # another rule from here down: the last size takes the rest, padded
         levels.append((size, kernel))
-    return row_loop_kernel(func, rows, axes, levels), first_rule
+    if not levels:
+        return None
+    tail = None
+    if levels[-1][0] > 1:  # the same kernel again, for the rows left over
+        tail = schedule(chunk_of(levels[-1][0]), first_rule)[0]
+    return row_loop_kernel(func, rows, axes, levels, tail), first_rule
 
 
 __all__ = ["MAX_CHUNK", "MIN_CHUNK_FLOPS", "MIN_WEIGHT_REUSE", "chunk_levels",

@@ -11,7 +11,8 @@ from tvm import relax
 
 from ..errors import error_message
 from ..ops import conv2d_nchwc
-from ..relax_ir import main_bindings
+from ..frontend.shape_ranges import module_ranges, point
+from ..relax_ir import bounded_dim, main_bindings
 from .clip_as_min_max import ClipAsMinMax
 from .config import PrepareConfig
 from .constants_at_full_rank import ConstantsAtFullRank
@@ -21,28 +22,43 @@ from .sink_layout_transforms import SinkLayoutTransforms
 logger = logging.getLogger(__name__)
 
 
-def conv2d_flops(call) -> float:
-    """Multiply-adds x 2 of a Relax NCHW/OIHW ``conv2d`` call (0 when a shape is unknown)."""
+def _sizes(shape, dims: dict[str, int] | None) -> list[int]:
+    """`shape` as integers, its symbolic dimensions at `dims` (a shape range's tuning point;
+    TypeError where one has none)."""
+    from tvm import tirx
+    from tvm.tirx.analysis import undefined_vars
+
+    if dims is None or all(isinstance(v, tirx.IntImm) for v in shape):
+        return [int(v) for v in shape]
+    if any(v.name not in dims for d in shape for v in undefined_vars(d)):
+        raise TypeError("a dimension without a size")
+    return [int(v) if isinstance(v, tirx.IntImm) else bounded_dim(v, dims) for v in shape]
+
+
+def conv2d_flops(call, dims: dict[str, int] | None = None) -> float:
+    """Multiply-adds x 2 of a Relax NCHW/OIHW ``conv2d`` call, its symbolic dimensions at
+    `dims` (0 when a shape is unknown)."""
     out, weight = call.ty, call.args[1].ty
     if out.shape is None or weight.shape is None:
         return 0.0
     try:
-        return 2.0 * float(np.prod([int(v) for v in out.shape])) * float(
-            np.prod([int(v) for v in list(weight.shape)[1:]]))
+        return 2.0 * float(np.prod(_sizes(out.shape, dims))) * float(
+            np.prod(_sizes(list(weight.shape)[1:], dims)))
     except TypeError:  # symbolic dimensions
         return 0.0
 
 
-def runs_as_winograd(call, config: PrepareConfig) -> bool:
-    """Whether a Relax NCHW/OIHW ``conv2d`` call would run as Winograd once blocked."""
+def runs_as_winograd(call, config: PrepareConfig, dims: dict[str, int] | None = None) -> bool:
+    """Whether a Relax NCHW/OIHW ``conv2d`` call would run as Winograd once blocked (its
+    symbolic dimensions at `dims`)."""
     attrs, out, weight = call.attrs, call.ty, call.args[1].ty
     if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" \
             or str(attrs.out_layout) != "NCHW" or out.shape is None or weight.shape is None \
             or str(weight.dtype) != "float32":
         return False
     try:
-        n, k, h, w = (int(v) for v in out.shape)
-        _, c, kh, kw = (int(v) for v in weight.shape)
+        n, k, h, w = _sizes(out.shape, dims)
+        _, c, kh, kw = _sizes(weight.shape, dims)
     except TypeError:  # symbolic dimensions
         return False
     return config.winograd_fits(n, c, k, h, w, (kh, kw), [int(v) for v in attrs.strides],
@@ -209,10 +225,11 @@ class BlockedConvLayout:
         if not config.blocked_layout:
             return mod
         convs = [call for call in _conv_calls(mod) if not self.keeps(call)]
-        flops = sum(conv2d_flops(call) for call in convs)
+        dims = point(module_ranges(mod), "opt")  # a shape range's sizes to tune at
+        flops = sum(conv2d_flops(call, dims) for call in convs)
         if flops == 0:
             return mod
-        winograd = any(runs_as_winograd(call, config) for call in convs
+        winograd = any(runs_as_winograd(call, config, dims) for call in convs
                        if isinstance(call.args[1], tvm.ir.GenericConst))
         clipped = ConstantsAtFullRank()(ClipAsMinMax()(mod))
         kept = {call.args[1] for call in _conv_calls(mod) if self.keeps(call)}

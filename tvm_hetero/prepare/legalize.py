@@ -69,10 +69,13 @@ def conv2d_legalizer(config: PrepareConfig, keeps=None):
         if isinstance(weight, relax.Var):  # the blocked weight, folded and bound to a variable
             weight = bb.lookup_binding(weight)
         if isinstance(weight, tvm.ir.GenericConst) and str(weight.ty.dtype) == "float32":
-            _, in_blocks, _, _, lanes = (int(v) for v in call.args[0].ty.shape)
-            batch, out_blocks, out_h, out_w, _ = (int(v) for v in call.ty.shape)
+            in_blocks, _, _, lanes = (int(v) for v in list(call.args[0].ty.shape)[1:])
+            out_blocks, out_h, out_w = (int(v) for v in list(call.ty.shape)[1:4])
+            # Winograd's kernel is of one image: not for a symbolic batch
+            static_batch = isinstance(call.ty.shape[0], tvm.tirx.IntImm)
+            batch = int(call.ty.shape[0]) if static_batch else 0
             window = [int(v) for v in weight.ty.shape][2:4]
-            if lanes == config.block_lanes and config.winograd_fits(
+            if static_batch and lanes == config.block_lanes and config.winograd_fits(
                     batch, in_blocks * lanes, out_blocks * lanes, out_h, out_w, window,
                     [int(v) for v in attrs.strides], [int(v) for v in attrs.padding],
                     [int(v) for v in attrs.dilation], int(attrs.groups)):
