@@ -34,13 +34,21 @@ def _padded_window(data, height, width, window_h, window_w, strides, padding, di
     return data, (out_h, out_w), (stride_h, stride_w), (dilation_h, dilation_w)
 
 
+def _batch(data):
+    """The batch of `data`: an int, or its variable in a model of a batch range."""
+    from tvm import tirx
+
+    dim = data.shape[0]
+    return int(dim) if isinstance(dim, tirx.IntImm) else dim
+
+
 def conv2d_nchwc(data, weight, strides, padding, dilation):
     """TE compute of a convolution in NCHW[x]c with an OIHW[x]i[y]o weight, its reduction over
     input channel blocks, window rows, columns, then lanes (TOPI's ``conv2d_NCHWc`` fuses the
     input channels into one axis read through a division, which schedules worse)."""
     from tvm import te
 
-    batch = data.shape[0]  # symbolic in a model of a batch range
+    batch = _batch(data)
     in_blocks, height, width = (int(v) for v in list(data.shape)[1:4])
     out_blocks, _, window_h, window_w, in_lanes, out_lanes = (int(v) for v in weight.shape)
     data, (out_h, out_w), (stride_h, stride_w), (dilation_h, dilation_w) = _padded_window(
@@ -75,7 +83,7 @@ def depthwise_conv2d_nchwc(data, weight, strides, padding, dilation):
     0, lane]``, every multiply-add a whole vector of the block's channels."""
     from tvm import te
 
-    batch = data.shape[0]  # symbolic in a model of a batch range
+    batch = _batch(data)
     blocks, height, width, lanes = (int(v) for v in list(data.shape)[1:])
     _, _, window_h, window_w, _, _ = (int(v) for v in weight.shape)
     data, (out_h, out_w), (stride_h, stride_w), (dilation_h, dilation_w) = _padded_window(
