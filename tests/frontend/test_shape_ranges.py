@@ -217,3 +217,19 @@ def test_a_candidate_wrong_at_the_maximum_is_wrong(tmp_path, keep_log_level):
     wrong[1] = wrong[1] + 0.1
     np.savez(tmp_path / "reference.at-max.npz", *wrong)
     assert not run_candidate(*args)["ok"]
+
+
+def test_cuda_kernels_over_a_range_are_right_at_several_shapes():
+    """Built all on ``cuda@sm_90`` (no GPU needed), dlight schedules the kernels of symbolic
+    extents, and each, emulated on the CPU with the dimensions fixed at several sizes, computes
+    what the unscheduled kernel computes."""
+    from tvm_hetero.relax_ir import bounded_kernel
+    from tvm_hetero.testing.gpu_emulation import check_gpu_schedule, cuda_build_kernels
+
+    model = th.load_model(dynamic_model(), shape_ranges=RANGES)
+    kernels = cuda_build_kernels(model)
+    assert len(kernels) == 4
+    for name, (original, scheduled, rule) in kernels.items():
+        assert rule is not None and rule.startswith("dlight."), (name, rule)
+        for dims in ({"batch": 1, "seq": 1}, {"batch": 2, "seq": 8}, {"batch": 3, "seq": 40}):
+            check_gpu_schedule(bounded_kernel(original, dims), bounded_kernel(scheduled, dims))

@@ -37,7 +37,21 @@ def within_gpu_limits(func, target) -> bool:
               if key in target.attrs}
     if not limits:
         return True
+    if not _static(func):
+        # verify_gpu_code wants constant launch extents: a kernel over symbolic rows (a shape
+        # range) is checked with them at 1; its blocks' threads and shared memory are the
+        # rule's static tiles, its grid the symbolic part
+        from ...relax_ir import bounded_kernel
+
+        func = bounded_kernel(func, {})
     return bool(verify_gpu_code(_lowered(func.with_attr("target", target)), limits))
+
+
+def _static(func) -> bool:
+    from tvm import tirx
+
+    return all(isinstance(d, tirx.IntImm) for p in func.params
+               for d in (getattr(p.ty, "shape", None) or [tirx.Var("scalar", "int64")]))
 
 
 __all__ = ["within_gpu_limits"]
