@@ -233,3 +233,13 @@ def test_cuda_kernels_over_a_range_are_right_at_several_shapes():
         assert rule is not None and rule.startswith("dlight."), (name, rule)
         for dims in ({"batch": 1, "seq": 1}, {"batch": 2, "seq": 8}, {"batch": 3, "seq": 40}):
             check_gpu_schedule(bounded_kernel(original, dims), bounded_kernel(scheduled, dims))
+
+
+def test_shape_functions_are_built_apart_from_the_kernels():
+    """A dynamic build's host shape functions go through a tirx.build of their own: in one
+    with them, a CPU kernel of the same target was compiled to code 2.3x slower."""
+    model = th.load_model(dynamic_model(), shape_ranges=RANGES)
+    devices = th.DeviceSet.parse(["cpu"])
+    compiled = th.build(model, th.Placement.all_on(th.extract_layers(model), "cpu"), devices)
+    keys = list(compiled.stats.target_compile_s)
+    assert len(keys) == 2 and sum(k.startswith("host ") for k in keys) == 1, keys
