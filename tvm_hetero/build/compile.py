@@ -378,12 +378,14 @@ def _kernel_meta(layered, annotated, scheduled, devices: DeviceSet,
     ``layers``: the layers calling it, in call order (one kernel can serve several layers of one
     device; packing kernels the rules added serve none); ``device``: the device name; ``rule``:
     the rule that scheduled it (``BuildStats.rules``; None: TVM's default loops); ``flops``:
-    TVM's estimate of the kernel as written, before scheduling (None where it has none).
+    TVM's estimate of the kernel as written, before scheduling (None where it has none, and
+    for kernels over symbolic extents).
     """
     tvm, relax = _import_tvm()
     from tvm.s_tir.analysis import estimate_tir_flops
 
     from ..layers.classify import classify_bindings
+    from ..optimize.pass_ import is_static
 
     call_tir = tvm.ir.Op.get("relax.call_tir")
 
@@ -409,7 +411,10 @@ def _kernel_meta(layered, annotated, scheduled, devices: DeviceSet,
         device = _vdevice_index(getattr(ty, "vdevice", None), vdevices)
         func = annotated[gv.name_hint] if gv.name_hint in annotated else scheduled[gv]
         try:
-            flops = float(estimate_tir_flops(tvm.IRModule({"main": func})))
+            # over symbolic extents TVM's estimate counts them as 1: no figure rather than
+            # a wrong one
+            flops = float(estimate_tir_flops(tvm.IRModule({"main": func}))) \
+                if is_static(func) else None
         except Exception:  # noqa: BLE001 (an estimate TVM cannot make is no FLOPs)
             flops = None
         out[gv.name_hint] = {"layers": layers.get(gv.name_hint, []),
