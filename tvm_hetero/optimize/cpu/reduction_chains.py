@@ -109,6 +109,7 @@ def _per_task_in_place(sch, block_rv, spatial, extents, reduction, epilogue):
     follow."""
     from tvm import s_tir
 
+    produced = {sch.get(block_rv).writes[0].source}  # what the tasks compute, per task
     accumulate = sch.cache_write(block_rv, 0, "local")
     fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
     tasks, chains = sch.split(fused, [None, REDUCTION_CHAINS])
@@ -120,6 +121,12 @@ def _per_task_in_place(sch, block_rv, spatial, extents, reduction, epilogue):
             # task: computed per task they were never written) and all after it run whole,
             # after the tasks (generated graph 1955: ReduceMean then Pad)
             break
+        if not any(region.source in produced for region in sch.get(block).reads):
+            # a block that reads no output of the tasks (E[x]^2 of a layer norm written out
+            # as E[x^2] - E[x]^2) would be computed whole in every task, and the blocks after
+            # it would read all outputs from each task: it and all after it run after them
+            break
+        produced.add(sch.get(block).writes[0].source)
         try:
             sch.reverse_compute_at(block, tasks)
         except s_tir.ScheduleError:
