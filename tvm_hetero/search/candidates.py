@@ -176,6 +176,28 @@ def random_placement(layers, devices: DeviceSet, rng: np.random.Generator) -> Pl
     return Placement({layer.name: assignment[layer.name] for layer in layers})
 
 
+# A placement space of at most this many placements is listed whole when sampling it finds
+# too few unseen ones.
+ENUMERABLE_PLACEMENTS = 4096
+
+
+def unseen_placements(layers, devices: DeviceSet, seen, count: int,
+                      rng: np.random.Generator) -> list[Placement]:
+    """Up to `count` feasible placements not in `seen`, in random order, from a space small
+    enough to list (`ENUMERABLE_PLACEMENTS`); [] for a larger one. Random sampling misses the
+    last few of a small space (a 5-trial search of a 3-layer model under a cap stopped after 4,
+    as if the space were exhausted)."""
+    names = devices.names
+    if len(names) ** len(layers) > ENUMERABLE_PLACEMENTS:
+        return []
+    out = []
+    for choice in itertools.product(names, repeat=len(layers)):
+        placement = Placement({layer.name: name for layer, name in zip(layers, choice)})
+        if placement not in seen and fits(layers, placement, devices):
+            out.append(placement)
+    return [out[i] for i in rng.permutation(len(out))[:count]]
+
+
 def min_cut(layers, devices: DeviceSet, profile: Profile) -> Placement | None:
     """The optimal two-device placement under additive costs (Stone 1977), made feasible.
 

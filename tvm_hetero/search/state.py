@@ -211,6 +211,9 @@ class SearchState:
                 candidate = gen.random_placement(self.layers, self.devices, self.rng)
             if candidate is not None and candidate not in self.seen and candidate not in out:
                 out.append(candidate)
+        if len(out) < count:  # a small space: what sampling missed, listed
+            out += gen.unseen_placements(self.layers, self.devices, self.seen | set(out),
+                                         count - len(out), self.rng)
         return out
 
     def pool(self, size: int) -> list[Placement]:
