@@ -280,7 +280,8 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple] | None,
         try:
             mod = import_onnx(importable,
                               {new_names[k]: v for k, v in shape_dict.items()},
-                              {new_names[s[0]]: s[2] for s in specs})
+                              {new_names[s[0]]: s[2] for s in specs},
+                              {d: (r.min, r.max) for d, r in ranges.items()})
         except Exception as err:  # the importer raises many kinds; all mean "cannot import"
             failure = err
     if failure is not None:

@@ -10,7 +10,7 @@ import logging
 
 from ...errors import ModelError
 from ...relax_ir import UPPER_BOUND_ATTR
-from . import refusals, shape_folding
+from . import refusals, shape_folding, symbolic_folding
 # imported for their registrations: each adds its fixes to FIXES
 from . import (attention, elementwise, gather_scatter, recurrent, resize,  # noqa: F401
                sequences, shape_ops)
@@ -137,7 +137,8 @@ def _opset(model) -> int:
     return 1
 
 
-def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
+def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str],
+                ranges: dict[str, tuple[int, int]] | None = None):
     """Import an ONNX model with TVM's importer and our fixes (weights bound as constants).
 
     Parameters
@@ -147,6 +148,9 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
     shape_dict, dtype_dict : dict
         Shape and dtype of each graph input; a dimension of a shape is a size or the name of
         a dynamic dimension.
+    ranges : dict of str to (int, int), optional
+        ``(min, max)`` of each dynamic dimension, where the shape arithmetic over it is
+        evaluated (:mod:`.symbolic_folding`); a dimension not named: ``(1, 4096)``.
 
     Returns
     -------
@@ -173,6 +177,10 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
             node.name = f"{node.op_type}_{index}"
         seen.add(node.name)
     shape_folding.pin_input_shapes(model_copy, shape_dict)
+    dims = {d for shape in shape_dict.values() for d in shape if isinstance(d, str)}
+    if dims:
+        symbolic_folding.fold_symbolic_shape_arithmetic(
+            model_copy, shape_dict, {d: (ranges or {}).get(d, (1, 4096)) for d in dims})
     static_shapes = shape_folding.fold_shape_arithmetic(model_copy)
     output_shapes = {node.name: static_shapes.get(node.output[0])
                      for node in model_copy.graph.node if node.output}
