@@ -9,10 +9,12 @@ For each block left after inlining:
 1. the innermost spatial loop stays innermost and the reduction loops go outside it
    (``S0..Sn-1, R0..Rm, Sn``), the reduction's initialization decomposed out of them: the
    inner loop is a stream of contiguous outputs, which LLVM vectorizes with a remainder
-   loop when its extent is symbolic; a static inner loop of whole vectors is vectorized
-   here;
+   loop when its extent is symbolic (then a static reduction takes :data:`REDUCTION_STEP`
+   unrolled steps per pass over the row, which loads and stores each output once per
+   pass); a static inner loop of whole vectors is vectorized here;
 2. where there is no spatial loop under the reduction (a softmax's row maximum and sum), the
-   reduction loop stays innermost (a serial chain over the row);
+   reduction loop stays innermost as one partial result per vector lane (``rfactor``), the
+   row's last partial vector predicated, and the lanes reduced after it;
 3. the outer spatial loops are fused and parallel, whatever their symbolic extents (a shape
    range's sizes are unknown at build time; one head and row of attention is enough work for
    a task).
@@ -20,7 +22,9 @@ For each block left after inlining:
 Only kernels with a symbolic extent: static kernels keep their rules. Alternatives rejected:
 TVM's loops (one thread, no vectors: attention 20-40x its static build); padding to static
 buckets (a padded key changes a softmax over the sequence unless masked, and masks change
-the model); a two-dimensional chunk loop of static kernels (the row loop's idea over rows and
+the model); predicated vector tiles over a symbolic loop (``split`` by the lanes): TVM
+0.27 scalarizes them, 30-60x slower than LLVM's own vectorization of the plain loop for
+``q k^T``; a two-dimensional chunk loop of static kernels (the row loop's idea over rows and
 columns) needs each chunk's kernel to take strided views, which TVM 0.27's ``specialize``
 refuses at a symbolic offset.
 """
@@ -32,6 +36,12 @@ from ...target import vector_lanes
 from ..rule import Rule
 from .analysis import loop_extent, walks_contiguously
 from .schedule_helpers import schedule_inlined
+
+
+# reductions along a row as one partial result per vector lane
+VECTOR_PARTIALS = True
+# a static reduction under a symbolic inner loop: this many of its steps per pass over the row
+REDUCTION_STEP = 8
 
 
 def has_symbolic_extent(func) -> bool:
@@ -86,7 +96,16 @@ def _schedule_block(sch, info, lanes: int) -> bool:
         inner = spatial[-1].loop_rv
         spatial = spatial[:-1]
     spatial = [it.loop_rv for it in spatial]
-    if reduction:
+    steps_of = loop_extent(sch, reduction[0]) if len(reduction) == 1 else None
+    if inner is not None and loop_extent(sch, inner) is None and steps_of \
+            and steps_of % REDUCTION_STEP == 0:
+        # scores against every key: a few reduction steps per pass over the output row, so
+        # each output element is loaded and stored once per step, not once per product
+        steps, step = sch.split(reduction[0], [None, REDUCTION_STEP])
+        sch.reorder(*spatial, steps, inner, step)
+        sch.unroll(step)
+        reduction = [steps]
+    elif reduction:
         sch.reorder(*spatial, *reduction, *([inner] if inner is not None else []))
     if not spatial:
         return False  # one loop: parallel-loops' case
@@ -102,4 +121,24 @@ def _schedule_block(sch, info, lanes: int) -> bool:
     # last: the loop steps above need the block whole, its initialization in it
     if reduction and inner is not None:
         sch.decompose_reduction(info.block_rv, reduction[0])
+    if inner is None and len(reduction) == 1 and VECTOR_PARTIALS:
+        _vector_partials(sch, info.block_rv, reduction[0], lanes)
     return True
+
+
+def _vector_partials(sch, block, loop, lanes: int) -> None:
+    """A reduction along a row (a softmax's maximum and sum) as `lanes` partial results, one
+    vector lane each, then their reduction: the row's tail is a predicated step. Left serial
+    where TVM knows no reducer for the combiner (``rfactor`` raises)."""
+    from tvm.s_tir.schedule import ScheduleError
+
+    extent = loop_extent(sch, loop)
+    if extent is not None and extent < 2 * lanes:
+        return
+    _, lane = sch.split(loop, [None, lanes])
+    try:
+        rf = sch.rfactor(lane, len(sch.get(block).writes[0].region))
+    except ScheduleError:
+        return  # the split stays; its predicate costs a compare per element
+    sch.vectorize(sch.get_loops(rf)[-1])
+    sch.decompose_reduction(rf, sch.get_loops(rf)[-2])
