@@ -22,11 +22,13 @@ For each block left after inlining:
 Only kernels with a symbolic extent: static kernels keep their rules. Alternatives rejected:
 TVM's loops (one thread, no vectors: attention 20-40x its static build); padding to static
 buckets (a padded key changes a softmax over the sequence unless masked, and masks change
-the model); predicated vector tiles over a symbolic loop (``split`` by the lanes): TVM
-0.27 scalarizes them, 30-60x slower than LLVM's own vectorization of the plain loop for
-``q k^T``; a two-dimensional chunk loop of static kernels (the row loop's idea over rows and
-columns) needs each chunk's kernel to take strided views, which TVM 0.27's ``specialize``
-refuses at a symbolic offset.
+the model); the output row of ``q k^T`` in predicated vector tiles (``split`` by the
+lanes, the reduction inside each tile): 30-60x slower than LLVM's vectorization of the plain
+row loop; a softmax's reductions moved into the parallel loop of the normalized row
+(``compute_at``): with the lane partials ``compute_at`` drops the tail's predicate (wrong
+sums), without them no faster within the noise; a two-dimensional chunk loop of static
+kernels (the row loop's idea over rows and columns) needs each chunk's kernel to take
+strided views, which TVM 0.27's ``specialize`` refuses at a symbolic offset.
 """
 
 from __future__ import annotations
@@ -38,8 +40,6 @@ from .analysis import loop_extent, walks_contiguously
 from .schedule_helpers import schedule_inlined
 
 
-# reductions along a row as one partial result per vector lane
-VECTOR_PARTIALS = True
 # a static reduction under a symbolic inner loop: this many of its steps per pass over the row
 REDUCTION_STEP = 8
 
@@ -73,8 +73,8 @@ class SymbolicLoops(Rule):
         found = schedule_inlined(func)
         if found is None:
             return None
-        sch, infos = found
         lanes, _ = vector_lanes(target)
+        sch, infos = found
         changed = False
         for info in infos:
             changed |= _schedule_block(sch, info, lanes)
@@ -121,24 +121,29 @@ def _schedule_block(sch, info, lanes: int) -> bool:
     # last: the loop steps above need the block whole, its initialization in it
     if reduction and inner is not None:
         sch.decompose_reduction(info.block_rv, reduction[0])
-    if inner is None and len(reduction) == 1 and VECTOR_PARTIALS:
-        _vector_partials(sch, info.block_rv, reduction[0], lanes)
+    if inner is None and len(reduction) == 1:
+        rf = _vector_partials(sch, info.block_rv, reduction[0], lanes)
+        if rf is not None:
+            sch.decompose_reduction(rf, sch.get_loops(rf)[-2])
     return True
 
 
-def _vector_partials(sch, block, loop, lanes: int) -> None:
+def _vector_partials(sch, block, loop, lanes: int):
     """A reduction along a row (a softmax's maximum and sum) as `lanes` partial results, one
-    vector lane each, then their reduction: the row's tail is a predicated step. Left serial
-    where TVM knows no reducer for the combiner (``rfactor`` raises)."""
+    vector lane each, then their reduction: the row's tail is a predicated step. Returns the
+    partials' block, or None (nothing changed) where TVM knows no reducer for the combiner
+    or the row is short."""
     from tvm.s_tir.schedule import ScheduleError
 
     extent = loop_extent(sch, loop)
     if extent is not None and extent < 2 * lanes:
-        return
-    _, lane = sch.split(loop, [None, lanes])
-    try:
-        rf = sch.rfactor(lane, len(sch.get(block).writes[0].region))
+        return None
+    try:  # on a copy first: a failed rfactor would leave the predicated split behind
+        trial = sch.copy()
+        trial.rfactor(trial.split(loop, [None, lanes])[1], len(trial.get(block).writes[0].region))
     except ScheduleError:
-        return  # the split stays; its predicate costs a compare per element
+        return None
+    _, lane = sch.split(loop, [None, lanes])
+    rf = sch.rfactor(lane, len(sch.get(block).writes[0].region))
     sch.vectorize(sch.get_loops(rf)[-1])
-    sch.decompose_reduction(rf, sch.get_loops(rf)[-2])
+    return rf
