@@ -152,7 +152,9 @@ def test_shape_values_become_polynomials_of_the_dimension():
     folded = _folded(exported_attention())
     ops = [node.op_type for node in folded.graph.node]
     assert "Shape" not in ops and "Concat" not in ops and "Where" not in ops
-    symbolic = {node.output[0]: json.loads(helper.get_attribute_value(node.attribute[0]))
+    symbolic = {node.output[0]: json.loads(next(helper.get_attribute_value(a)
+                                                 for a in node.attribute
+                                                 if a.name == "polynomial"))
                 for node in folded.graph.node if node.op_type == SYMBOLIC_VALUE_OP}
     # the seq scalar Range reads, the split and merged shapes (the mask's Expand target is
     # constant: [1, 1] with the batch of 1)
@@ -192,3 +194,98 @@ def test_probes_lie_in_the_ranges_and_fix_the_fit():
     # two batch sizes fix no square of the batch; the checks come on top of the fit
     assert (2, 0) not in monomials and (0, 2) in monomials and (1, 1) in monomials
     assert len(points) == len(monomials) + 2
+
+
+def decode_step():
+    """One decode step over a KV cache of ``past`` positions: the new token's key joins the
+    cache, the mask covers ``past+1`` positions, the position id is the cache's length read
+    off its shape (a folded value used as data)."""
+    rng = np.random.default_rng(1)
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["past_k"], ["cache_shape"]),
+        n("Gather", ["cache_shape", "two"], ["past_len"], axis=0),
+        n("Unsqueeze", ["past_len", "axes01"], ["position"]),  # [1, 1]: data
+        n("Gather", ["places", "position"], ["placed"]),  # [1, 1, 16]
+        n("Add", ["x", "placed"], ["xp"]),
+        n("MatMul", ["xp", "w_q"], ["q"]), n("MatMul", ["xp", "w_k"], ["k"]),
+        n("Reshape", ["q", "heads_shape"], ["q4"]), n("Reshape", ["k", "heads_shape"], ["k4"]),
+        n("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3]),
+        n("Transpose", ["k4"], ["kh"], perm=[0, 2, 1, 3]),
+        n("Concat", ["past_k", "kh"], ["keys"], axis=2),  # [1, 2, past + 1, 8]
+        n("Transpose", ["keys"], ["keys_t"], perm=[0, 1, 3, 2]),
+        n("MatMul", ["qh", "keys_t"], ["scores"]),
+        n("Unsqueeze", ["mask", "axes12"], ["mask4"]),
+        n("Cast", ["mask4"], ["maskf"], to=TensorProto.FLOAT),
+        n("Sub", ["one_f", "maskf"], ["inverted"]),
+        n("Mul", ["inverted", "masked"], ["bias"]),
+        n("Add", ["scores", "bias"], ["biased"]),
+        n("Softmax", ["biased"], ["weights"], axis=-1),
+        n("MatMul", ["weights", "keys"], ["out"]),
+    ]
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((1100, WIDTH)).astype("float32"), "places"),
+        numpy_helper.from_array((rng.standard_normal((WIDTH, WIDTH)) * 0.3).astype("float32"),
+                                "w_q"),
+        numpy_helper.from_array((rng.standard_normal((WIDTH, WIDTH)) * 0.3).astype("float32"),
+                                "w_k"),
+        _const("two", 2), _const("axes01", [0, 1]), _const("axes12", [1, 2]),
+        _const("heads_shape", [1, 1, HEADS, WIDTH // HEADS]),
+        numpy_helper.from_array(np.array(1.0, "float32"), "one_f"),
+        numpy_helper.from_array(np.array(-1e4, "float32"), "masked"),
+    ]
+    graph = helper.make_graph(
+        nodes, "decode_step",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, WIDTH]),
+         helper.make_tensor_value_info("past_k", TensorProto.FLOAT,
+                                       [1, HEADS, "past_sequence", WIDTH // HEADS]),
+         helper.make_tensor_value_info("mask", TensorProto.INT64, [1, "total_sequence"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, HEADS, 1, WIDTH // HEADS])],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+DECODE_SHAPES = {"x": (1, 1, WIDTH), "past_k": (1, HEADS, "past", WIDTH // HEADS),
+                 "mask": (1, "past+1")}
+
+
+def test_a_decode_step_over_a_cache_length_range():
+    source = decode_step()
+    model = th.load_model(source, input_shapes=DECODE_SHAPES, shape_ranges={"past": "1:1023:127"})
+    assert model.inputs[2].shape == (1, "past+1")
+    layers = th.extract_layers(model)
+    compiled = th.build(model, th.Placement.all_on(layers, "cpu"), ["cpu"])
+    session = ort.InferenceSession(source.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for past in (1, 2, 127, 500, 1023):
+        feed = model.random_inputs(seed=past, dims={"past": past})
+        assert feed["mask"].shape == (1, past + 1)
+        feed["mask"] = np.ones_like(feed["mask"])
+        feed["mask"][0, 0] = 0
+        (got,) = compiled.run(feed)
+        np.testing.assert_allclose(got, session.run(None, feed)[0], rtol=1e-4, atol=1e-5)
+    feed = model.random_inputs(dims={"past": 5})
+    feed["mask"] = np.ones((1, 5), "int64")  # past, not past + 1
+    with pytest.raises(th.InputError, match="past"):
+        compiled.run(feed)
+    feed = model.random_inputs(dims={"past": 1024})
+    with pytest.raises(th.InputError, match="outside the range"):
+        compiled.run(feed)
+
+
+@pytest.mark.parametrize("text, parts", [("seq", ("seq", 0)), ("past+1", ("past", 1)),
+                                         ("n - 2", ("n", -2))])
+def test_dimension_text(text, parts):
+    from tvm_hetero.frontend.shape_ranges import dim_parts, dim_size
+
+    assert dim_parts(text) == parts
+    assert dim_size(text, {parts[0]: 10}) == 10 + parts[1]
+
+
+def test_a_derived_dimension_needs_the_range_of_its_base():
+    with pytest.raises(th.ModelError, match="range for past"):
+        th.load_model(decode_step(), input_shapes={**DECODE_SHAPES, "past_k": (1, HEADS, 7, 8)},
+                      shape_ranges={})

@@ -32,6 +32,7 @@ import math
 import numpy as np
 
 from ...errors import ModelError, error_message
+from ..shape_ranges import dim_parts, dim_size
 from . import shape_folding
 from .registry import fix
 
@@ -48,6 +49,11 @@ _PROBE_SIZES = (7, 5, 11, 13, 3, 17, 19, 23, 2, 29, 31, 37, 41, 43, 47, 1)
 _CHECK_PROBES = 2
 #: values with more elements than this are not fitted (shape tensors have a handful)
 _MAX_ELEMENTS = 64
+#: (op type, input position) of the inputs TVM's converters take a shape or a scalar at
+#: (None: every input); other readers of a folded value get it as a tensor
+SHAPE_INPUTS = frozenset({("Reshape", 1), ("Expand", 1), ("Range", None),
+                          ("ConstantOfShape", 0), ("Tile", 1), ("Slice", 1), ("Slice", 2),
+                          ("Slice", 3), ("Slice", 4), (SYMBOLIC_VALUE_OP, None)})
 
 
 def _candidates(low: int, high: int) -> list[int]:
@@ -152,7 +158,8 @@ def fold_symbolic_shape_arithmetic(model, shape_dict: dict[str, list], ranges: d
     import onnx
     from onnx import helper, numpy_helper
 
-    dims = sorted({d for shape in shape_dict.values() for d in shape if isinstance(d, str)})
+    dims = sorted({dim_parts(d)[0] for shape in shape_dict.values() for d in shape
+                   if isinstance(d, str)})
     if not dims:
         return 0
     points, monomials = probe_points(dims, ranges)
@@ -163,7 +170,7 @@ def fold_symbolic_shape_arithmetic(model, shape_dict: dict[str, list], ranges: d
         probe = onnx.ModelProto()
         probe.CopyFrom(model)
         shape_folding.pin_input_shapes(
-            probe, {n: [sizes.get(d, d) if isinstance(d, str) else d for d in shape]
+            probe, {n: [dim_size(d, sizes) if isinstance(d, str) else d for d in shape]
                     for n, shape in shape_dict.items()})
         values: dict = {}
         try:
@@ -204,6 +211,10 @@ def fold_symbolic_shape_arithmetic(model, shape_dict: dict[str, list], ranges: d
     for node in kept:
         needed.update(node.input)
         needed.update(shape_folding._outer_names(node))
+    readers: dict[str, list[tuple]] = {}  # name -> (node, input position) of kept nodes
+    for node in kept:
+        for position, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, position))
     new_nodes = []
     for name in sorted(needed - produced - initializers - {v.name for v in graph.input}):
         if name not in resolved:
@@ -216,11 +227,24 @@ def fold_symbolic_shape_arithmetic(model, shape_dict: dict[str, list], ranges: d
         polynomial = {"dims": dims, "shape": list(shape),
                       "monomials": [list(p) for p in monomials],
                       "coefficients": coeffs.T.tolist()}  # per element, per monomial
-        new_nodes.append(helper.make_node(SYMBOLIC_VALUE_OP, [], [name], domain=DOMAIN,
-                                          name=f"symbolic_{name}",
-                                          polynomial=json.dumps(polynomial)))
-        graph.value_info.append(helper.make_tensor_value_info(name, onnx.TensorProto.INT64,
-                                                              list(shape)))
+        as_shape = [(node, i) for node, i in readers.get(name, [])
+                    if (node.op_type, i) in SHAPE_INPUTS or
+                    (node.op_type, None) in SHAPE_INPUTS]
+        as_data = len(as_shape) < len(readers.get(name, []))
+        # a shape input takes the value as TVM's importer gives shapes (ShapeExpr, PrimValue);
+        # data (a position id) as a tensor
+        for form, output in (("shape", name if not as_data else f"{name}__shape"),
+                             ("tensor", name)):
+            if form == "shape" and not as_shape or form == "tensor" and not as_data:
+                continue
+            if form == "shape" and as_data:
+                for node, i in as_shape:
+                    node.input[i] = output
+            new_nodes.append(helper.make_node(SYMBOLIC_VALUE_OP, [], [output], domain=DOMAIN,
+                                              name=f"symbolic_{output}", form=form,
+                                              polynomial=json.dumps(polynomial)))
+            graph.value_info.append(helper.make_tensor_value_info(
+                output, onnx.TensorProto.INT64, list(shape)))
     graph.ClearField("node")
     graph.node.extend(new_nodes + kept)
     if not any(o.domain == DOMAIN for o in model.opset_import):
@@ -233,14 +257,16 @@ def fold_symbolic_shape_arithmetic(model, shape_dict: dict[str, list], ranges: d
 def _dimension_vars(importer) -> dict:
     """The importer's symbolic dimension variables, by name (from its inputs' shapes)."""
     from tvm import relax, tirx
+    from tvm.tirx.analysis import undefined_vars
 
     found = {}
     for var in importer._inputs.values():
         if isinstance(var, relax.Var) and isinstance(getattr(var.ty, "shape", None),
                                                      relax.ShapeExpr):
             for dim in var.ty.shape.values:
-                if isinstance(dim, tirx.Var):
-                    found[dim.name] = dim
+                if not isinstance(dim, tirx.IntImm):  # a variable, or one plus an offset
+                    for symbol in undefined_vars(dim):
+                        found[symbol.name] = symbol
     return found
 
 
@@ -268,6 +294,11 @@ def _symbolic_value(importer, inputs, attrs, opset):
             if c:
                 expr = expr + tirx.IntImm("int64", int(c)) * term
         elements.append(_simplified(expr))
+    form = attrs.get("form", b"shape")
+    form = form.decode() if isinstance(form, bytes) else form
+    if form == "tensor":  # data: an int64 tensor of the value's shape
+        values = importer.bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr(elements)))
+        return relax.op.reshape(values, relax.ShapeExpr(list(polynomial["shape"])))
     if not polynomial["shape"]:
         return relax.prim_value(elements[0])
     return relax.ShapeExpr(elements)
