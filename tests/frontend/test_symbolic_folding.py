@@ -289,3 +289,18 @@ def test_a_derived_dimension_needs_the_range_of_its_base():
     with pytest.raises(th.ModelError, match="range for past"):
         th.load_model(decode_step(), input_shapes={**DECODE_SHAPES, "past_k": (1, HEADS, 7, 8)},
                       shape_ranges={})
+
+
+def test_exported_attention_builds_for_cuda_and_its_kernels_are_right():
+    """All on ``cuda@sm_90`` (no GPU needed): every kernel over the sequence is scheduled (the
+    GPU rules of static rows decline it, dlight's take it) and, emulated on the CPU at several
+    lengths, computes what the unscheduled kernel computes."""
+    from tvm_hetero.relax_ir import bounded_kernel
+    from tvm_hetero.testing.gpu_emulation import check_gpu_schedule, cuda_build_kernels
+
+    model = th.load_model(exported_attention(), shape_ranges=RANGES)
+    kernels = cuda_build_kernels(model)
+    assert all(rule is not None for _, _, rule in kernels.values())
+    for name, (original, scheduled, rule) in kernels.items():
+        for dims in ({"seq": 1}, {"seq": 17}, {"seq": 40}):
+            check_gpu_schedule(bounded_kernel(original, dims), bounded_kernel(scheduled, dims))
