@@ -301,6 +301,6 @@ def test_exported_attention_builds_for_cuda_and_its_kernels_are_right():
     model = th.load_model(exported_attention(), shape_ranges=RANGES)
     kernels = cuda_build_kernels(model)
     assert all(rule is not None for _, _, rule in kernels.values())
-    for name, (original, scheduled, rule) in kernels.items():
+    for original, scheduled, _ in kernels.values():
         for dims in ({"seq": 1}, {"seq": 17}, {"seq": 40}):
             check_gpu_schedule(bounded_kernel(original, dims), bounded_kernel(scheduled, dims))
