@@ -31,6 +31,7 @@ from .cpu.packed_weights import tiled_fits_better
 from .cpu.row_reductions import RowReductions, not_a_matrix_vector_product, reduces_only
 from .cpu.scan_lines import ScanLines
 from .cpu.separable_resize import SeparableResize
+from .cpu.strided_depthwise_rows import StridedDepthwiseRows
 from .cpu.symbolic_loops import SymbolicLoops
 from .gpu import DlightRule, gpu_rules
 from .gpu.window_tiles import WindowTiles
@@ -39,7 +40,7 @@ from .rule import FAMILIES, Rule
 # Bumped whenever a default rule changes the code it generates (or how kernels are timed):
 # tuning comparisons stored under another version are measured again. CHANGELOG.md says what
 # each version changed.
-RULES_VERSION = 32
+RULES_VERSION = 33
 
 
 def default_table() -> "RuleTable":
@@ -64,6 +65,7 @@ def default_table() -> "RuleTable":
         # vectors and packed would gather a residual or re-load a short reduction's weights
         PackedWeights().unless(tiled_fits_better, "tiled's lanes are whole vectors there"),
         DepthwiseRows(),  # depthwise, stride 1, rows of 28 or more: rows of one channel
+        StridedDepthwiseRows(),  # depthwise, stride 2, rows of 28 or more: even/odd columns
         Tiled(),  # grouped and other depthwise convolutions, ragged channel counts
         RowReductions(),  # 1x1 maps (squeeze-and-excite): a dot product per output channel
         parallel,

@@ -21,10 +21,11 @@ from .pooling_rows import PoolingRows
 from .reduction_chains import ReductionChains
 from .row_reductions import RowReductions
 from .split_k_gemv import SplitKGemv
+from .strided_depthwise_rows import StridedDepthwiseRows
 from .tiled import Tiled
 from .winograd import Winograd, is_winograd
 
 __all__ = ["PACKED_WEIGHTS_ATTR", "BlockedNCHWc", "ConcatCopies", "DepthwiseNCHWc", "DepthwiseRows",
            "InjectiveLanes", "LayoutCopies", "PackedMatmul", "PackedWeights", "ParallelLoops",
            "PixelLanes1x1", "PoolingRows", "ReductionChains", "RowReductions", "SplitKGemv",
-           "Tiled", "Winograd", "is_winograd"]
+           "StridedDepthwiseRows", "Tiled", "Winograd", "is_winograd"]
