@@ -41,9 +41,10 @@ def test_depthwise_rows_takes_a_5x5_window_with_a_silu_epilogue():
     assert scheduled_and_checked(_depthwise(16, 28, 5, 1, "silu")) == "depthwise-rows"
 
 
-@pytest.mark.parametrize("size, stride", [(56, 2), (14, 1)])
-def test_strided_and_narrow_depthwise_convolutions_stay_with_tiled(size, stride):
-    # measured slower under depthwise-rows (MIN_ROW and stride 1 in depthwise_rows.py)
+@pytest.mark.parametrize("size, stride", [(28, 2), (14, 1)])
+def test_narrow_depthwise_convolutions_stay_with_tiled(size, stride):
+    # measured slower under depthwise-rows (MIN_ROW in depthwise_rows.py); stride 2 onto rows
+    # of 14: under strided-depthwise-rows' MIN_OUTPUT_ROW
     func = _depthwise(16, size, 3, stride, "clip")
     assert DepthwiseRows().apply(func, tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})) \
         is None

@@ -399,7 +399,12 @@ def _convs():
         n("Conv", ["x", "w1"], "b", group=6, pads=[1, 1, 1, 1], strides=[2, 2]),
         # rows of 37 (prime): no tile of half a vector, which raised in depthwise-rows
         n("Conv", ["y", "w2"], "c", group=6, pads=[1, 1, 1, 1]),
-    ], {"x": [1, 6, 30, 30], "y": [1, 6, 37, 37]}, ["a", "b", "c"],
+        # stride 2 onto rows of 30: strided-depthwise-rows; of 31 from 61 columns (63 padded,
+        # odd: no even/odd split), declined
+        n("Conv", ["z", "w1"], "d", group=6, pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Conv", ["u", "w1"], "e", group=6, pads=[1, 1, 1, 1], strides=[2, 2]),
+    ], {"x": [1, 6, 30, 30], "y": [1, 6, 37, 37], "z": [1, 6, 60, 60], "u": [1, 6, 61, 61]},
+        ["a", "b", "c", "d", "e"],
         {"w1": [6, 1, 3, 3], "b1": [6], "w2": [6, 1, 3, 3],
          "lo": np.array(0, "float32"), "hi": np.array(6, "float32")}))
     yield Case("squeeze-excite", _graph([
