@@ -3,26 +3,29 @@ parallel task a block of one channel's output rows; the task pads the input rows
 splits them into even and odd columns, so that every vector load of the window is contiguous;
 lanes along the output row, the window unrolled; epilogue per tile.
 
-What it does: output column ``x`` at window column ``rx`` reads padded column ``2x + rx``:
-lanes along ``x`` read every other element (a gather). Written as ``[row, rx % 2, x + rx //
-2]`` (the padded rows de-interleaved into their even and odd columns, ``transform_layout``),
-the same lanes read one contiguous vector. The de-interleaved copy is the padding copy the
-kernel makes anyway, per task (the task's ``2 R + K - 2`` input rows of one channel, a few KiB:
-in L1), in the same parallel region as the convolution; its loads are strided, one per input
-element, against ``K * K / lanes`` vector multiply-adds per output... (see the register tile).
+What: output column ``x`` at window column ``rx`` reads padded column ``2 x + rx``, so lanes
+along ``x`` read every other element. The padded rows laid out ``[row, column % 2, column //
+2]`` (``transform_layout`` of the padding block, which a task computes for its own ``2 R + K -
+2`` rows of one channel: a few KiB, in L1) turn that read into ``[2 y + ry, rx % 2, x + rx //
+2]``: one contiguous vector per window position. The split copy is the padding copy the kernel
+makes anyway, iterated over (row, parity, half-column) with the half-column vectorized.
 
-Why: ``tiled`` took these kernels (``depthwise-rows`` only walks stride 1) with 16 channels x
-the row, each lane load a stride-2 gather: MobileNetV3's and EfficientNet's stride-2 5x5 and
-3x3 depthwise layers of channel counts that are not whole vectors (72, 120, 200 ...; others
-go blocked next to blocked convolutions) ran at 2-4 GFLOP/s, the slowest kernels of Faster
-R-CNN's MobileNetV3-Large backbone at 800x800 and of EfficientNet-B0.
+Why: ``depthwise-rows`` walks stride 1 only, so ``tiled`` took these kernels, 16 channels x
+the row with every lane load a stride-2 gather: the stride-2 layers of channel counts that stay
+NCHW (72, 120, 240 ... beside convolutions that are not blocked) ran at 2-5 GFLOP/s, the
+slowest kernels of Faster R-CNN's MobileNetV3-Large backbone at 800 x 800 and of
+EfficientNet-B0. Alone (2-core Xeon, AVX-512, shared, alternated): 72ch 200 -> 100 5x5 7.7 ->
+2.5 ms, 144ch 56 -> 28 5x5 1.01 -> 0.32 ms, 96ch 112 -> 56 3x3 1.10 -> 0.71 ms.
 
-Alternative rejected: lanes along the output row reading the strided input as it is (TVM
-scalarizes a stride-2 vector load: one load and one insert per lane, for every window position
-of every output vector, where the de-interleaved copy loads each input element once per task).
-Channels padded to whole vectors and the blocked layout (depthwise-nchwc) would take them too,
-at the cost of a preparation change and two layout transforms per layer.
+Rejected: the split copy written element by element in the padded buffer's order (each store
+to alternating halves, scalar): its per-input-element cost made the 3x3 kernels 1.4x slower
+than ``tiled`` (the 5x5 ones still 2.5x faster); iterated by parity with the half-column
+vectorized, every kernel measured is faster. Channels padded to whole vectors and the blocked
+layout (``depthwise-nchwc``) would take them too, at the cost of a preparation change and
+layout transforms around each layer. Output rows under 28 (two AVX-512 vectors) stay with
+``tiled``, not measured here.
 """
+
 
 from __future__ import annotations
 
