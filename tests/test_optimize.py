@@ -71,21 +71,24 @@ def test_the_table_lists_every_pair_and_takes_user_rules(cpu_devices):
     by_pair = dict(((f, k), names) for f, k, names in rows)
     assert by_pair[("cpu", "conv2d")] == ["winograd", "blocked-nchwc", "depthwise-nchwc",
                                          "grouped-pixels-1x1", "pixel-lanes-1x1",
-                                         "packed-weights", "depthwise-rows", "tiled",
-                                         "row-reductions", "parallel-loops"]
+                                         "packed-weights", "depthwise-rows",
+                                         "strided-depthwise-rows", "tiled", "row-reductions",
+                                         "symbolic-loops", "parallel-loops"]
     assert by_pair[("cpu", "matmul")] == ["packed-matmul", "split-k-gemv", "tiled",
-                                         "row-reductions", "parallel-loops"]
+                                         "row-reductions", "symbolic-loops", "parallel-loops"]
     assert by_pair[("cpu", "pooling")] == ["pooling-rows", "reduction-chains",
-                                          "parallel-loops"]
+                                          "symbolic-loops", "parallel-loops"]
     assert by_pair[("cpu", "reduction")] == ["scan-lines", "row-reductions",
-                                            "reduction-chains", "parallel-loops",
+                                            "reduction-chains", "symbolic-loops",
+                                            "parallel-loops",
                                             "dlight.cpu.Reduction"]
     assert by_pair[("cpu", "elementwise")] == ["concat-copies", "layout-copies",
                                               "separable-resize", "injective-lanes",
-                                              "parallel-loops"]
-    assert by_pair[("cpu", "normalization")] == ["row-reductions", "parallel-loops"]
+                                              "symbolic-loops", "parallel-loops"]
+    assert by_pair[("cpu", "normalization")] == ["row-reductions", "symbolic-loops",
+                                                "parallel-loops"]
     assert by_pair[("cpu", "other")] == ["separable-resize", "injective-lanes",
-                                        "parallel-loops"]
+                                        "symbolic-loops", "parallel-loops"]
     seen = []
 
     def mark(func, target):
