@@ -1,0 +1,172 @@
+"""Grouped 1x1 convolutions (ShuffleNet's pointwise layers): preparation's per-group form over
+the pixels padded to whole vectors (``tvm_hetero.ops.grouped_conv1x1``) and the
+``grouped-pixels-1x1`` rule that schedules it, checked against TVM's own grouped convolution."""
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_hetero as th
+from tvm_hetero.ops import grouped_conv1x1
+from tvm_hetero.optimize.cpu.grouped_pixels_1x1 import GroupedPixels1x1
+from tvm_hetero.prepare import PrepareConfig
+from tvm_hetero.relax_ir import OP_KINDS_ATTR
+
+from tests.helpers.kernels import scheduled_and_checked
+
+ZNVER4 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+AVX2 = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}
+
+
+def _shuffle_unit(channels: int, size: int, groups: int):
+    """ShuffleNet's stride-1 unit's pointwise part: a grouped 1x1 convolution with batch norm
+    folded to a bias and ReLU, a second one, the residual added."""
+    rng = np.random.default_rng(0)
+
+    def weight():
+        return relax.const(rng.standard_normal(
+            (channels, channels // groups, 1, 1)).astype("float32") * 0.2)
+
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, channels, size, size), "float32"))
+    bias = relax.const(rng.standard_normal((1, channels, 1, 1)).astype("float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            y = builder.emit(relax.op.nn.relu(relax.op.add(
+                relax.op.nn.conv2d(x, weight(), groups=groups), bias)))
+            y = builder.emit(relax.op.add(relax.op.nn.conv2d(y, weight(), groups=groups), x))
+            out = builder.emit_output(relax.op.nn.relu(y))
+        builder.emit_func_output(out)
+    return builder.get()
+
+
+@pytest.mark.parametrize("target", [ZNVER4, AVX2], ids=["znver4", "haswell"])
+@pytest.mark.parametrize("channels, size", [
+    (136, 28),  # 784 pixels: whole vectors, the input read in place
+    (136, 14),  # 196: padded to 208 (16 lanes) or 200 (8)
+    (272, 7),  # 49: padded to 64 or 56
+])
+def test_grouped_1x1_convolutions_run_per_group_and_match_tvms_grouped_convolution(
+        target, channels, size):
+    model = th.load_model(_shuffle_unit(channels, size, 4), name="shuffle")
+    devices = th.DeviceSet.parse([f"d0={json.dumps(target)}"])
+    compiled = th.build(model, "all:d0", devices)
+    layers = th.extract_layers(model, PrepareConfig.for_devices(devices))
+    convs = [layer for layer in layers if layer.kind == "conv2d"]
+    assert len(convs) == 2
+    assert {compiled.stats.rules[layer.func_name] for layer in convs} == {"grouped-pixels-1x1"}
+    reference = th.build(model, "all:d0", devices, optimize=False)
+    inputs = model.random_inputs(seed=0)
+    want = reference.run(inputs)[0]
+    np.testing.assert_allclose(compiled.run(inputs)[0], want, rtol=1e-4,
+                               atol=1e-4 * np.abs(want).max())
+
+
+def test_grouped_pixels_off_leaves_tvms_grouped_convolution(prepare_for_devices):
+    prepare_for_devices(grouped_pixels=False)
+    model = th.load_model(_shuffle_unit(136, 14, 4), name="shuffle")
+    devices = th.DeviceSet.parse([f"d0={json.dumps(ZNVER4)}"])
+    compiled = th.build(model, "all:d0", devices)
+    rules = set(compiled.stats.rules.values())
+    assert "grouped-pixels-1x1" not in rules and "tiled" in rules
+
+
+def _kernel(channels: int, size: int, groups: int, lanes: int, batch: int = 1):
+    """The per-group compute with a bias and ReLU fused, as FuseOps makes it."""
+    from tvm import te, topi
+
+    x = te.placeholder((batch, channels, size, size), "float32", name="x")
+    w = te.placeholder((channels, channels // groups, 1, 1), "float32", name="w")
+    b = te.placeholder((1, channels, 1, 1), "float32", name="b")
+    y = topi.nn.relu(topi.add(grouped_conv1x1.grouped_conv2d_1x1(x, w, groups, lanes), b))
+    return te.create_prim_func([x, w, b, y]).with_attr(OP_KINDS_ATTR, ["conv2d", "add", "relu"])
+
+
+@pytest.mark.parametrize("groups, batch, cores", [
+    (4, 1, 2),
+    (2, 1, 8),  # fewer (image, group) tasks than cores: output channels split among them
+    (3, 2, 2),
+])
+def test_grouped_pixels_1x1_schedules_the_per_group_compute_right(groups, batch, cores):
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": cores})
+    func = _kernel(24 * groups, 10, groups, 16, batch)
+    assert scheduled_and_checked(func, target) == "grouped-pixels-1x1"
+
+
+def test_grouped_pixels_1x1_declines_a_compute_padded_for_narrower_vectors():
+    target = tvm.target.Target(ZNVER4)
+    # 14 x 14 pixels padded to 200 (8 lanes): no whole 16-lane vectors
+    assert GroupedPixels1x1().apply(_kernel(32, 14, 4, 8), target) is None
+    assert GroupedPixels1x1().apply(_kernel(32, 14, 4, 16), target) is not None
+
+
+@pytest.mark.parametrize("data, weight, groups, strides, padding, fits", [
+    ((1, 136, 28, 28), (136, 34, 1, 1), 4, (1, 1), (0, 0, 0, 0), True),
+    ((1, 136, 28, 28), (136, 1, 1, 1), 136, (1, 1), (0, 0, 0, 0), False),  # depthwise
+    ((1, 136, 28, 28), (136, 136, 1, 1), 1, (1, 1), (0, 0, 0, 0), False),  # not grouped
+    ((1, 136, 28, 28), (136, 34, 3, 3), 4, (1, 1), (1, 1, 1, 1), False),  # 3x3
+    ((1, 136, 28, 28), (136, 34, 1, 1), 4, (2, 2), (0, 0, 0, 0), False),  # strided
+])
+def test_grouped_conv1x1_fits_only_grouped_1x1_stride_1_convolutions(
+        data, weight, groups, strides, padding, fits):
+    assert grouped_conv1x1.fits(data, weight, groups, strides, padding, (1, 1),
+                                ("float32",) * 3) is fits
+
+
+def test_grouped_conv1x1_does_not_fit_run_time_shapes_or_other_dtypes():
+    batch = tvm.tirx.Var("n", "int64")
+    assert not grouped_conv1x1.fits((batch, 8, 4, 4), (8, 4, 1, 1), 2, (1, 1), (0,) * 4,
+                                    (1, 1), ("float32",) * 3)
+    for dtypes in [("float16",) * 3, ("float32", "float16", "float32"),
+                   ("float32", "float32", "float16")]:  # data, weight, output
+        assert not grouped_conv1x1.fits((1, 8, 4, 4), (8, 4, 1, 1), 2, (1, 1), (0,) * 4,
+                                        (1, 1), dtypes)
+
+
+def _grouped_windowed(in_channels, out_channels, size, window, groups):
+    """AlexNet's grouped windowed convolution with bias and ReLU, its weights constants."""
+    rng = np.random.default_rng(1)
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, in_channels, size, size), "float32"))
+    weight = relax.const(rng.standard_normal(
+        (out_channels, in_channels // groups, window, window)).astype("float32") * 0.1)
+    bias = relax.const(rng.standard_normal((1, out_channels, 1, 1)).astype("float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            out = builder.emit_output(relax.op.nn.relu(relax.op.add(relax.op.nn.conv2d(
+                x, weight, padding=window // 2, groups=groups), bias)))
+        builder.emit_func_output(out)
+    return builder.get()
+
+
+@pytest.mark.parametrize("target", [ZNVER4, AVX2], ids=["znver4", "haswell"])
+def test_grouped_windowed_convolutions_with_whole_channel_vectors_take_packed_weights(target):
+    # 2 groups of 64 -> 32 channels, 5x5 over a 27-wide image (tiled got 3 or 9 lanes)
+    model = th.load_model(_grouped_windowed(128, 64, 27, 5, 2), name="grouped")
+    devices = th.DeviceSet.parse([f"d0={json.dumps(target)}"])
+    compiled = th.build(model, "all:d0", devices)
+    (conv,) = [layer for layer in th.extract_layers(model, PrepareConfig.for_devices(devices))
+               if layer.kind == "conv2d"]
+    assert compiled.stats.rules[conv.func_name] == "packed-weights"
+    reference = th.build(model, "all:d0", devices, optimize=False)
+    inputs = model.random_inputs(seed=0)
+    want = reference.run(inputs)[0]
+    np.testing.assert_allclose(compiled.run(inputs)[0], want, rtol=1e-4,
+                               atol=1e-4 * np.abs(want).max())
+
+
+def test_groups_of_fewer_output_channels_than_lanes_stay_with_tiled():
+    from tvm import s_tir
+
+    from tvm_hetero.optimize.cpu.analysis import direct_conv
+
+    model = _grouped_windowed(64, 64, 14, 3, 16)  # 4 output channels per group
+    devices = th.DeviceSet.parse([f"d0={json.dumps(ZNVER4)}"])
+    compiled = th.build(th.load_model(model, name="narrow"), "all:d0", devices)
+    assert "tiled" in compiled.stats.rules.values()
+    assert "packed-weights" not in compiled.stats.rules.values()
+    func = _kernel(64, 14, 4, 16)  # not a direct convolution: the per-group 1x1 form
+    assert direct_conv(func, s_tir.Schedule(func), group_lanes=16) is None
