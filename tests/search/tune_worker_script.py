@@ -1,5 +1,6 @@
-"""One tune with a deterministic fake builder and runner, for tests/search/test_kill_resume.py (which
-kills it with SIGKILL and runs it again on the same records).
+"""One tune with a deterministic fake builder and runner, for
+tests/search/test_kill_resume.py (which kills it with SIGKILL and runs it again on the same
+records).
 
 Usage::
 
