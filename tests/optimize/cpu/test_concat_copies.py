@@ -17,134 +17,130 @@ from tests.helpers.schedules import add_multiply, check, declines
 # the schedules: the kernel before, the schedule expected
 
 
-@T.prim_func(s_tir=True, private=True)
-def before_8_24_of_32x32(
-    x: T.Buffer((2, 8, 32, 32), "float32"),
-    w: T.Buffer((2, 24, 32, 32), "float32"),
-    T_concat: T.Buffer((2, 32, 32, 32), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["concatenate"]})
-    # with T.sblock("root"):
-    for ax0, ax1, ax2, ax3 in T.grid(2, 32, 32, 32):
-        with T.sblock("T_concat"):
-            v_ax0, v_ax1, v_ax2, v_ax3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
-            T.reads(w[v_ax0, v_ax1 - 8, v_ax2, v_ax3], x[v_ax0, v_ax1, v_ax2, v_ax3])
-            T.writes(T_concat[v_ax0, v_ax1, v_ax2, v_ax3])
-            T_concat[v_ax0, v_ax1, v_ax2, v_ax3] = T.if_then_else(
-                8 <= v_ax1, w[v_ax0, v_ax1 - 8, v_ax2, v_ax3], x[v_ax0, v_ax1, v_ax2, v_ax3]
-            )
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_8_24_of_32x32(
-    x: T.Buffer((2, 8, 32, 32), "float32"),
-    w: T.Buffer((2, 24, 32, 32), "float32"),
-    T_concat: T.Buffer((2, 32, 32, 32), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["concatenate"]})
-    # with T.sblock("root"):
-    for ax0 in T.parallel(2):
-        with T.sblock("T_concat_ax1_common"):
-            T.reads()
-            T.writes()
-            with T.sblock("T_concat_ax10_partition"):
-                T.reads()
-                T.writes()
-                for ax10, ax2_ax3_fused in T.grid(8, 1024):
-                    with T.sblock("T_concat_ax10"):
-                        v0, v1 = T.axis.remap("SS", [ax0, ax10])
-                        v2 = T.axis.spatial(32, ax2_ax3_fused // 32)
-                        v3 = T.axis.spatial(32, ax2_ax3_fused % 32)
-                        T.reads(w[v0, v1 + -8, v2, v3], x[0:2, 0:8, 0:32, 0:32])
-                        T.writes(T_concat[0:2, 0:8, 0:32, 0:32])
-                        T_concat[v0, v1, v2, v3] = T.if_then_else(
-                            8 <= v1, w[v0, v1 - 8, v2, v3], x[v0, v1, v2, v3]
-                        )
-            with T.sblock("T_concat_ax11_partition"):
-                T.reads()
-                T.writes()
-                for ax11 in range(8, 32):
-                    for ax2_ax3_fused in range(1024):
-                        with T.sblock("T_concat_ax11"):
-                            v0, v1 = T.axis.remap("SS", [ax0, ax11])
-                            v2 = T.axis.spatial(32, ax2_ax3_fused // 32)
-                            v3 = T.axis.spatial(32, ax2_ax3_fused % 32)
-                            T.reads(w[v0, v1 + -8, v2, v3], x[0:2, 8:32, 0:32, 0:32])
-                            T.writes(T_concat[0:2, 8:32, 0:32, 0:32])
-                            T_concat[v0, v1, v2, v3] = T.if_then_else(
-                                8 <= v1, w[v0, v1 - 8, v2, v3], x[v0, v1, v2, v3]
-                            )
-
-
-@T.prim_func(s_tir=True, private=True)
-def before_16_48_of_14x14(
-    x: T.Buffer((4, 16, 14, 14), "float32"),
-    w: T.Buffer((4, 48, 14, 14), "float32"),
-    T_concat: T.Buffer((4, 64, 14, 14), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["concatenate"]})
-    # with T.sblock("root"):
-    for ax0, ax1, ax2, ax3 in T.grid(4, 64, 14, 14):
-        with T.sblock("T_concat"):
-            v_ax0, v_ax1, v_ax2, v_ax3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
-            T.reads(w[v_ax0, v_ax1 - 16, v_ax2, v_ax3], x[v_ax0, v_ax1, v_ax2, v_ax3])
-            T.writes(T_concat[v_ax0, v_ax1, v_ax2, v_ax3])
-            T_concat[v_ax0, v_ax1, v_ax2, v_ax3] = T.if_then_else(
-                16 <= v_ax1, w[v_ax0, v_ax1 - 16, v_ax2, v_ax3], x[v_ax0, v_ax1, v_ax2, v_ax3]
-            )
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_16_48_of_14x14(
-    x: T.Buffer((4, 16, 14, 14), "float32"),
-    w: T.Buffer((4, 48, 14, 14), "float32"),
-    T_concat: T.Buffer((4, 64, 14, 14), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["concatenate"]})
-    # with T.sblock("root"):
-    for ax0 in T.parallel(4):
-        with T.sblock("T_concat_ax1_common"):
-            T.reads()
-            T.writes()
-            with T.sblock("T_concat_ax10_partition"):
-                T.reads()
-                T.writes()
-                for ax10, ax2_ax3_fused in T.grid(16, 196):
-                    with T.sblock("T_concat_ax10"):
-                        v0, v1 = T.axis.remap("SS", [ax0, ax10])
-                        v2 = T.axis.spatial(14, ax2_ax3_fused // 14)
-                        v3 = T.axis.spatial(14, ax2_ax3_fused % 14)
-                        T.reads(w[v0, v1 + -16, v2, v3], x[0:4, 0:16, 0:14, 0:14])
-                        T.writes(T_concat[0:4, 0:16, 0:14, 0:14])
-                        T_concat[v0, v1, v2, v3] = T.if_then_else(
-                            16 <= v1, w[v0, v1 - 16, v2, v3], x[v0, v1, v2, v3]
-                        )
-            with T.sblock("T_concat_ax11_partition"):
-                T.reads()
-                T.writes()
-                for ax11 in range(16, 64):
-                    for ax2_ax3_fused in range(196):
-                        with T.sblock("T_concat_ax11"):
-                            v0, v1 = T.axis.remap("SS", [ax0, ax11])
-                            v2 = T.axis.spatial(14, ax2_ax3_fused // 14)
-                            v3 = T.axis.spatial(14, ax2_ax3_fused % 14)
-                            T.reads(w[v0, v1 + -16, v2, v3], x[0:4, 16:64, 0:14, 0:14])
-                            T.writes(T_concat[0:4, 16:64, 0:14, 0:14])
-                            T_concat[v0, v1, v2, v3] = T.if_then_else(
-                                16 <= v1, w[v0, v1 - 16, v2, v3], x[v0, v1, v2, v3]
-                            )
-
-
 def test_schedule_8_24_of_32x32():
     # the channel axis partitioned at 8 (one copy per input), the 32 x 32 pixels fused into
     # one contiguous copy, the 2 images parallel
-    check(ConcatCopies(), before_8_24_of_32x32, expected_8_24_of_32x32)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((2, 8, 32, 32), "float32"),
+        w: T.Buffer((2, 24, 32, 32), "float32"),
+        T_concat: T.Buffer((2, 32, 32, 32), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["concatenate"]})
+        # with T.sblock("root"):
+        for ax0, ax1, ax2, ax3 in T.grid(2, 32, 32, 32):
+            with T.sblock("T_concat"):
+                v_ax0, v_ax1, v_ax2, v_ax3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
+                T.reads(w[v_ax0, v_ax1 - 8, v_ax2, v_ax3], x[v_ax0, v_ax1, v_ax2, v_ax3])
+                T.writes(T_concat[v_ax0, v_ax1, v_ax2, v_ax3])
+                T_concat[v_ax0, v_ax1, v_ax2, v_ax3] = T.if_then_else(
+                    8 <= v_ax1, w[v_ax0, v_ax1 - 8, v_ax2, v_ax3], x[v_ax0, v_ax1, v_ax2, v_ax3]
+                )
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((2, 8, 32, 32), "float32"),
+        w: T.Buffer((2, 24, 32, 32), "float32"),
+        T_concat: T.Buffer((2, 32, 32, 32), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["concatenate"]})
+        # with T.sblock("root"):
+        for ax0 in T.parallel(2):
+            with T.sblock("T_concat_ax1_common"):
+                T.reads()
+                T.writes()
+                with T.sblock("T_concat_ax10_partition"):
+                    T.reads()
+                    T.writes()
+                    for ax10, ax2_ax3_fused in T.grid(8, 1024):
+                        with T.sblock("T_concat_ax10"):
+                            v0, v1 = T.axis.remap("SS", [ax0, ax10])
+                            v2 = T.axis.spatial(32, ax2_ax3_fused // 32)
+                            v3 = T.axis.spatial(32, ax2_ax3_fused % 32)
+                            T.reads(w[v0, v1 + -8, v2, v3], x[0:2, 0:8, 0:32, 0:32])
+                            T.writes(T_concat[0:2, 0:8, 0:32, 0:32])
+                            T_concat[v0, v1, v2, v3] = T.if_then_else(
+                                8 <= v1, w[v0, v1 - 8, v2, v3], x[v0, v1, v2, v3]
+                            )
+                with T.sblock("T_concat_ax11_partition"):
+                    T.reads()
+                    T.writes()
+                    for ax11 in range(8, 32):
+                        for ax2_ax3_fused in range(1024):
+                            with T.sblock("T_concat_ax11"):
+                                v0, v1 = T.axis.remap("SS", [ax0, ax11])
+                                v2 = T.axis.spatial(32, ax2_ax3_fused // 32)
+                                v3 = T.axis.spatial(32, ax2_ax3_fused % 32)
+                                T.reads(w[v0, v1 + -8, v2, v3], x[0:2, 8:32, 0:32, 0:32])
+                                T.writes(T_concat[0:2, 8:32, 0:32, 0:32])
+                                T_concat[v0, v1, v2, v3] = T.if_then_else(
+                                    8 <= v1, w[v0, v1 - 8, v2, v3], x[v0, v1, v2, v3]
+                                )
+
+    check(ConcatCopies(), before, expected)
 
 
 def test_schedule_16_48_of_14x14():
     # partitioned at 16; each channel's 196 pixels one contiguous copy, the 4 images
     # parallel
-    check(ConcatCopies(), before_16_48_of_14x14, expected_16_48_of_14x14)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((4, 16, 14, 14), "float32"),
+        w: T.Buffer((4, 48, 14, 14), "float32"),
+        T_concat: T.Buffer((4, 64, 14, 14), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["concatenate"]})
+        # with T.sblock("root"):
+        for ax0, ax1, ax2, ax3 in T.grid(4, 64, 14, 14):
+            with T.sblock("T_concat"):
+                v_ax0, v_ax1, v_ax2, v_ax3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
+                T.reads(w[v_ax0, v_ax1 - 16, v_ax2, v_ax3], x[v_ax0, v_ax1, v_ax2, v_ax3])
+                T.writes(T_concat[v_ax0, v_ax1, v_ax2, v_ax3])
+                T_concat[v_ax0, v_ax1, v_ax2, v_ax3] = T.if_then_else(
+                    16 <= v_ax1, w[v_ax0, v_ax1 - 16, v_ax2, v_ax3], x[v_ax0, v_ax1, v_ax2, v_ax3]
+                )
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((4, 16, 14, 14), "float32"),
+        w: T.Buffer((4, 48, 14, 14), "float32"),
+        T_concat: T.Buffer((4, 64, 14, 14), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["concatenate"]})
+        # with T.sblock("root"):
+        for ax0 in T.parallel(4):
+            with T.sblock("T_concat_ax1_common"):
+                T.reads()
+                T.writes()
+                with T.sblock("T_concat_ax10_partition"):
+                    T.reads()
+                    T.writes()
+                    for ax10, ax2_ax3_fused in T.grid(16, 196):
+                        with T.sblock("T_concat_ax10"):
+                            v0, v1 = T.axis.remap("SS", [ax0, ax10])
+                            v2 = T.axis.spatial(14, ax2_ax3_fused // 14)
+                            v3 = T.axis.spatial(14, ax2_ax3_fused % 14)
+                            T.reads(w[v0, v1 + -16, v2, v3], x[0:4, 0:16, 0:14, 0:14])
+                            T.writes(T_concat[0:4, 0:16, 0:14, 0:14])
+                            T_concat[v0, v1, v2, v3] = T.if_then_else(
+                                16 <= v1, w[v0, v1 - 16, v2, v3], x[v0, v1, v2, v3]
+                            )
+                with T.sblock("T_concat_ax11_partition"):
+                    T.reads()
+                    T.writes()
+                    for ax11 in range(16, 64):
+                        for ax2_ax3_fused in range(196):
+                            with T.sblock("T_concat_ax11"):
+                                v0, v1 = T.axis.remap("SS", [ax0, ax11])
+                                v2 = T.axis.spatial(14, ax2_ax3_fused // 14)
+                                v3 = T.axis.spatial(14, ax2_ax3_fused % 14)
+                                T.reads(w[v0, v1 + -16, v2, v3], x[0:4, 16:64, 0:14, 0:14])
+                                T.writes(T_concat[0:4, 16:64, 0:14, 0:14])
+                                T_concat[v0, v1, v2, v3] = T.if_then_else(
+                                    16 <= v1, w[v0, v1 - 16, v2, v3], x[v0, v1, v2, v3]
+                                )
+
+    check(ConcatCopies(), before, expected)
 
 
 def test_declines_no_concatenation():

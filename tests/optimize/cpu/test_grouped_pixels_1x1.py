@@ -178,254 +178,250 @@ def test_groups_of_fewer_output_channels_than_lanes_stay_with_tiled():
 # the schedules: the kernel before, the schedule expected
 
 
-@T.prim_func(s_tir=True, private=True)
-def before_4x3x3_groups_2(
-    x: T.Buffer((1, 4, 3, 3), "float32"),
-    w: T.Buffer((4, 2, 1, 1), "float32"),
-    grouped_conv2d_crop: T.Buffer((1, 4, 3, 3), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
-    # with T.sblock("root"):
-    grouped_pixels = T.sblock_alloc_buffer((1, 2, 2, 16))
-    grouped_conv2d_pixels = T.sblock_alloc_buffer((1, 2, 2, 16))
-    for n, g, c, p in T.grid(1, 2, 2, 16):
-        with T.sblock("grouped_pixels"):
-            v_n, v_g, v_c, v_p = T.axis.remap("SSSS", [n, g, c, p])
-            T.reads(x[v_n, v_g * 2 + v_c, v_p // 3, v_p % 3])
-            T.writes(grouped_pixels[v_n, v_g, v_c, v_p])
-            grouped_pixels[v_n, v_g, v_c, v_p] = T.if_then_else(
-                v_p < 9, x[v_n, v_g * 2 + v_c, v_p // 3, v_p % 3], T.float32(0.0)
-            )
-    for n, g, o, p, rc in T.grid(1, 2, 2, 16, 2):
-        with T.sblock("grouped_conv2d_pixels"):
-            v_n, v_g, v_o, v_p, v_rc = T.axis.remap("SSSSR", [n, g, o, p, rc])
-            T.reads(grouped_pixels[v_n, v_g, v_rc, v_p], w[v_g * 2 + v_o, v_rc, 0, 0])
-            T.writes(grouped_conv2d_pixels[v_n, v_g, v_o, v_p])
-            with T.init():
-                grouped_conv2d_pixels[v_n, v_g, v_o, v_p] = T.float32(0.0)
-            grouped_conv2d_pixels[v_n, v_g, v_o, v_p] = (
-                grouped_conv2d_pixels[v_n, v_g, v_o, v_p]
-                + grouped_pixels[v_n, v_g, v_rc, v_p] * w[v_g * 2 + v_o, v_rc, 0, 0]
-            )
-    for n, f, y, x_1 in T.grid(1, 4, 3, 3):
-        with T.sblock("grouped_conv2d_crop"):
-            v_n, v_f, v_y, v_x = T.axis.remap("SSSS", [n, f, y, x_1])
-            T.reads(grouped_conv2d_pixels[v_n, v_f // 2, v_f % 2, v_y * 3 + v_x])
-            T.writes(grouped_conv2d_crop[v_n, v_f, v_y, v_x])
-            grouped_conv2d_crop[v_n, v_f, v_y, v_x] = grouped_conv2d_pixels[
-                v_n, v_f // 2, v_f % 2, v_y * 3 + v_x
-            ]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_4x3x3_groups_2(
-    x: T.Buffer((1, 4, 3, 3), "float32"),
-    w: T.Buffer((4, 2, 1, 1), "float32"),
-    grouped_conv2d_crop: T.Buffer((1, 4, 3, 3), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
-    # with T.sblock("root"):
-    grouped_pixels = T.sblock_alloc_buffer((1, 2, 2, 16))
-    grouped_conv2d_pixels = T.sblock_alloc_buffer((1, 2, 2, 16))
-    grouped_conv2d_pixels_local = T.sblock_alloc_buffer((1, 2, 2, 16), scope="local")
-    for n_g_o_0_0_fused in T.parallel(2):
-        for ax0 in range(2):
-            for ax1 in T.vectorized(16):
-                with T.sblock("grouped_pixels"):
-                    v_n = T.axis.spatial(1, 0)
-                    v_g, v_c, v_p = T.axis.remap("SSS", [n_g_o_0_0_fused, ax0, ax1])
-                    T.reads(x[v_n, v_g * 2 + v_c, v_p // 3, v_p % 3])
-                    T.writes(grouped_pixels[v_n, v_g, v_c, v_p])
-                    grouped_pixels[v_n, v_g, v_c, v_p] = T.if_then_else(
-                        v_p < 9, x[v_n, v_g * 2 + v_c, v_p // 3, v_p % 3], T.float32(0.0)
-                    )
-        for o_0_1 in range(1):
-            for p_0 in range(1):
-                for o_1_init in T.unroll(2):
-                    for p_1_init in T.unroll(1):
-                        for p_2_init in T.vectorized(16):
-                            with T.sblock("grouped_conv2d_pixels_init"):
-                                v_n = T.axis.spatial(1, 0)
-                                v_g = T.axis.spatial(2, n_g_o_0_0_fused)
-                                v_o = T.axis.spatial(2, o_0_1 * 2 + o_1_init)
-                                v_p = T.axis.spatial(16, p_0 * 16 + p_1_init * 16 + p_2_init)
-                                T.reads()
-                                T.writes(grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p])
-                                grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p] = T.float32(0.0)
-                for rc in range(2):
-                    for o_1 in T.unroll(2):
-                        for p_1 in T.unroll(1):
-                            for p_2 in T.vectorized(16):
-                                with T.sblock("grouped_conv2d_pixels_update"):
-                                    v_n = T.axis.spatial(1, 0)
-                                    v_g = T.axis.spatial(2, n_g_o_0_0_fused)
-                                    v_o = T.axis.spatial(2, o_0_1 * 2 + o_1)
-                                    v_p = T.axis.spatial(16, p_0 * 16 + p_1 * 16 + p_2)
-                                    v_rc = T.axis.reduce(2, rc)
-                                    T.reads(
-                                        grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p],
-                                        grouped_pixels[v_n, v_g, v_rc, v_p],
-                                        w[v_g * 2 + v_o, v_rc, 0, 0],
-                                    )
-                                    T.writes(grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p])
-                                    grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p] = (
-                                        grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p]
-                                        + grouped_pixels[v_n, v_g, v_rc, v_p]
-                                        * w[v_g * 2 + v_o, v_rc, 0, 0]
-                                    )
-                for ax0 in range(2):
-                    for ax1 in T.vectorized(16):
-                        with T.sblock("grouped_conv2d_pixels_local"):
-                            v0 = T.axis.spatial(1, 0)
-                            v1, v2, v3 = T.axis.remap("SSS", [n_g_o_0_0_fused, ax0, ax1])
-                            T.reads(grouped_conv2d_pixels_local[v0, v1, v2, v3])
-                            T.writes(grouped_conv2d_pixels[v0, v1, v2, v3])
-                            grouped_conv2d_pixels[v0, v1, v2, v3] = grouped_conv2d_pixels_local[
-                                v0, v1, v2, v3
-                            ]
-            for ax0 in range(2):
-                for ax1 in T.vectorized(9):
-                    with T.sblock("grouped_conv2d_crop"):
-                        v0 = T.axis.spatial(1, 0)
-                        v1 = T.axis.spatial(4, n_g_o_0_0_fused * 2 + ax0)
-                        v2 = T.axis.spatial(9, ax1)
-                        T.reads(grouped_conv2d_pixels[v0, v1 // 2, v1 % 2, v2])
-                        T.writes(grouped_conv2d_crop[v0, v1, v2 // 3, v2 % 3])
-                        grouped_conv2d_crop[v0, v1, v2 // 3, v2 % 3] = grouped_conv2d_pixels[
-                            v0, v1 // 2, v1 % 2, v2
-                        ]
-
-
-@T.prim_func(s_tir=True, private=True)
-def before_8x5x5_groups_4(
-    x: T.Buffer((1, 8, 5, 5), "float32"),
-    w: T.Buffer((8, 2, 1, 1), "float32"),
-    grouped_conv2d_crop: T.Buffer((1, 8, 5, 5), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
-    # with T.sblock("root"):
-    grouped_pixels = T.sblock_alloc_buffer((1, 4, 2, 32))
-    grouped_conv2d_pixels = T.sblock_alloc_buffer((1, 4, 2, 32))
-    for n, g, c, p in T.grid(1, 4, 2, 32):
-        with T.sblock("grouped_pixels"):
-            v_n, v_g, v_c, v_p = T.axis.remap("SSSS", [n, g, c, p])
-            T.reads(x[v_n, v_g * 2 + v_c, v_p // 5, v_p % 5])
-            T.writes(grouped_pixels[v_n, v_g, v_c, v_p])
-            grouped_pixels[v_n, v_g, v_c, v_p] = T.if_then_else(
-                v_p < 25, x[v_n, v_g * 2 + v_c, v_p // 5, v_p % 5], T.float32(0.0)
-            )
-    for n, g, o, p, rc in T.grid(1, 4, 2, 32, 2):
-        with T.sblock("grouped_conv2d_pixels"):
-            v_n, v_g, v_o, v_p, v_rc = T.axis.remap("SSSSR", [n, g, o, p, rc])
-            T.reads(grouped_pixels[v_n, v_g, v_rc, v_p], w[v_g * 2 + v_o, v_rc, 0, 0])
-            T.writes(grouped_conv2d_pixels[v_n, v_g, v_o, v_p])
-            with T.init():
-                grouped_conv2d_pixels[v_n, v_g, v_o, v_p] = T.float32(0.0)
-            grouped_conv2d_pixels[v_n, v_g, v_o, v_p] = (
-                grouped_conv2d_pixels[v_n, v_g, v_o, v_p]
-                + grouped_pixels[v_n, v_g, v_rc, v_p] * w[v_g * 2 + v_o, v_rc, 0, 0]
-            )
-    for n, f, y, x_1 in T.grid(1, 8, 5, 5):
-        with T.sblock("grouped_conv2d_crop"):
-            v_n, v_f, v_y, v_x = T.axis.remap("SSSS", [n, f, y, x_1])
-            T.reads(grouped_conv2d_pixels[v_n, v_f // 2, v_f % 2, v_y * 5 + v_x])
-            T.writes(grouped_conv2d_crop[v_n, v_f, v_y, v_x])
-            grouped_conv2d_crop[v_n, v_f, v_y, v_x] = grouped_conv2d_pixels[
-                v_n, v_f // 2, v_f % 2, v_y * 5 + v_x
-            ]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_8x5x5_groups_4(
-    x: T.Buffer((1, 8, 5, 5), "float32"),
-    w: T.Buffer((8, 2, 1, 1), "float32"),
-    grouped_conv2d_crop: T.Buffer((1, 8, 5, 5), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
-    # with T.sblock("root"):
-    grouped_pixels = T.sblock_alloc_buffer((1, 4, 2, 32))
-    grouped_conv2d_pixels = T.sblock_alloc_buffer((1, 4, 2, 32))
-    grouped_conv2d_pixels_local = T.sblock_alloc_buffer((1, 4, 2, 32), scope="local")
-    for n_g_o_0_0_fused in T.parallel(4):
-        for ax0, ax1_0 in T.grid(2, 2):
-            for ax1_1 in T.vectorized(16):
-                with T.sblock("grouped_pixels"):
-                    v_n = T.axis.spatial(1, 0)
-                    v_g, v_c = T.axis.remap("SS", [n_g_o_0_0_fused, ax0])
-                    v_p = T.axis.spatial(32, ax1_0 * 16 + ax1_1)
-                    T.reads(x[v_n, v_g * 2 + v_c, v_p // 5, v_p % 5])
-                    T.writes(grouped_pixels[v_n, v_g, v_c, v_p])
-                    grouped_pixels[v_n, v_g, v_c, v_p] = T.if_then_else(
-                        v_p < 25, x[v_n, v_g * 2 + v_c, v_p // 5, v_p % 5], T.float32(0.0)
-                    )
-        for o_0_1 in range(1):
-            for p_0 in range(1):
-                for o_1_init in T.unroll(2):
-                    for p_1_init in T.unroll(2):
-                        for p_2_init in T.vectorized(16):
-                            with T.sblock("grouped_conv2d_pixels_init"):
-                                v_n = T.axis.spatial(1, 0)
-                                v_g = T.axis.spatial(4, n_g_o_0_0_fused)
-                                v_o = T.axis.spatial(2, o_0_1 * 2 + o_1_init)
-                                v_p = T.axis.spatial(32, p_0 * 32 + p_1_init * 16 + p_2_init)
-                                T.reads()
-                                T.writes(grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p])
-                                grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p] = T.float32(0.0)
-                for rc in range(2):
-                    for o_1 in T.unroll(2):
-                        for p_1 in T.unroll(2):
-                            for p_2 in T.vectorized(16):
-                                with T.sblock("grouped_conv2d_pixels_update"):
-                                    v_n = T.axis.spatial(1, 0)
-                                    v_g = T.axis.spatial(4, n_g_o_0_0_fused)
-                                    v_o = T.axis.spatial(2, o_0_1 * 2 + o_1)
-                                    v_p = T.axis.spatial(32, p_0 * 32 + p_1 * 16 + p_2)
-                                    v_rc = T.axis.reduce(2, rc)
-                                    T.reads(
-                                        grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p],
-                                        grouped_pixels[v_n, v_g, v_rc, v_p],
-                                        w[v_g * 2 + v_o, v_rc, 0, 0],
-                                    )
-                                    T.writes(grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p])
-                                    grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p] = (
-                                        grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p]
-                                        + grouped_pixels[v_n, v_g, v_rc, v_p]
-                                        * w[v_g * 2 + v_o, v_rc, 0, 0]
-                                    )
-                for ax0, ax1_0 in T.grid(2, 2):
-                    for ax1_1 in T.vectorized(16):
-                        with T.sblock("grouped_conv2d_pixels_local"):
-                            v0 = T.axis.spatial(1, 0)
-                            v1, v2 = T.axis.remap("SS", [n_g_o_0_0_fused, ax0])
-                            v3 = T.axis.spatial(32, ax1_0 * 16 + ax1_1)
-                            T.reads(grouped_conv2d_pixels_local[v0, v1, v2, v3])
-                            T.writes(grouped_conv2d_pixels[v0, v1, v2, v3])
-                            grouped_conv2d_pixels[v0, v1, v2, v3] = grouped_conv2d_pixels_local[
-                                v0, v1, v2, v3
-                            ]
-            for ax0 in range(2):
-                for ax1 in T.vectorized(25):
-                    with T.sblock("grouped_conv2d_crop"):
-                        v0 = T.axis.spatial(1, 0)
-                        v1 = T.axis.spatial(8, n_g_o_0_0_fused * 2 + ax0)
-                        v2 = T.axis.spatial(25, ax1)
-                        T.reads(grouped_conv2d_pixels[v0, v1 // 2, v1 % 2, v2])
-                        T.writes(grouped_conv2d_crop[v0, v1, v2 // 5, v2 % 5])
-                        grouped_conv2d_crop[v0, v1, v2 // 5, v2 % 5] = grouped_conv2d_pixels[
-                            v0, v1 // 2, v1 % 2, v2
-                        ]
-
-
 def test_schedule_4x3x3_groups_2():
     # a task per group: its 9 pixels copied padded to one vector of 16, a 2-channel x
     # 1-vector tile over the group's 2 input channels, then the crop as 9-lane vectors
-    check(GroupedPixels1x1(), before_4x3x3_groups_2, expected_4x3x3_groups_2)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((1, 4, 3, 3), "float32"),
+        w: T.Buffer((4, 2, 1, 1), "float32"),
+        grouped_conv2d_crop: T.Buffer((1, 4, 3, 3), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
+        # with T.sblock("root"):
+        grouped_pixels = T.sblock_alloc_buffer((1, 2, 2, 16))
+        grouped_conv2d_pixels = T.sblock_alloc_buffer((1, 2, 2, 16))
+        for n, g, c, p in T.grid(1, 2, 2, 16):
+            with T.sblock("grouped_pixels"):
+                v_n, v_g, v_c, v_p = T.axis.remap("SSSS", [n, g, c, p])
+                T.reads(x[v_n, v_g * 2 + v_c, v_p // 3, v_p % 3])
+                T.writes(grouped_pixels[v_n, v_g, v_c, v_p])
+                grouped_pixels[v_n, v_g, v_c, v_p] = T.if_then_else(
+                    v_p < 9, x[v_n, v_g * 2 + v_c, v_p // 3, v_p % 3], T.float32(0.0)
+                )
+        for n, g, o, p, rc in T.grid(1, 2, 2, 16, 2):
+            with T.sblock("grouped_conv2d_pixels"):
+                v_n, v_g, v_o, v_p, v_rc = T.axis.remap("SSSSR", [n, g, o, p, rc])
+                T.reads(grouped_pixels[v_n, v_g, v_rc, v_p], w[v_g * 2 + v_o, v_rc, 0, 0])
+                T.writes(grouped_conv2d_pixels[v_n, v_g, v_o, v_p])
+                with T.init():
+                    grouped_conv2d_pixels[v_n, v_g, v_o, v_p] = T.float32(0.0)
+                grouped_conv2d_pixels[v_n, v_g, v_o, v_p] = (
+                    grouped_conv2d_pixels[v_n, v_g, v_o, v_p]
+                    + grouped_pixels[v_n, v_g, v_rc, v_p] * w[v_g * 2 + v_o, v_rc, 0, 0]
+                )
+        for n, f, y, x_1 in T.grid(1, 4, 3, 3):
+            with T.sblock("grouped_conv2d_crop"):
+                v_n, v_f, v_y, v_x = T.axis.remap("SSSS", [n, f, y, x_1])
+                T.reads(grouped_conv2d_pixels[v_n, v_f // 2, v_f % 2, v_y * 3 + v_x])
+                T.writes(grouped_conv2d_crop[v_n, v_f, v_y, v_x])
+                grouped_conv2d_crop[v_n, v_f, v_y, v_x] = grouped_conv2d_pixels[
+                    v_n, v_f // 2, v_f % 2, v_y * 3 + v_x
+                ]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((1, 4, 3, 3), "float32"),
+        w: T.Buffer((4, 2, 1, 1), "float32"),
+        grouped_conv2d_crop: T.Buffer((1, 4, 3, 3), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
+        # with T.sblock("root"):
+        grouped_pixels = T.sblock_alloc_buffer((1, 2, 2, 16))
+        grouped_conv2d_pixels = T.sblock_alloc_buffer((1, 2, 2, 16))
+        grouped_conv2d_pixels_local = T.sblock_alloc_buffer((1, 2, 2, 16), scope="local")
+        for n_g_o_0_0_fused in T.parallel(2):
+            for ax0 in range(2):
+                for ax1 in T.vectorized(16):
+                    with T.sblock("grouped_pixels"):
+                        v_n = T.axis.spatial(1, 0)
+                        v_g, v_c, v_p = T.axis.remap("SSS", [n_g_o_0_0_fused, ax0, ax1])
+                        T.reads(x[v_n, v_g * 2 + v_c, v_p // 3, v_p % 3])
+                        T.writes(grouped_pixels[v_n, v_g, v_c, v_p])
+                        grouped_pixels[v_n, v_g, v_c, v_p] = T.if_then_else(
+                            v_p < 9, x[v_n, v_g * 2 + v_c, v_p // 3, v_p % 3], T.float32(0.0)
+                        )
+            for o_0_1 in range(1):
+                for p_0 in range(1):
+                    for o_1_init in T.unroll(2):
+                        for p_1_init in T.unroll(1):
+                            for p_2_init in T.vectorized(16):
+                                with T.sblock("grouped_conv2d_pixels_init"):
+                                    v_n = T.axis.spatial(1, 0)
+                                    v_g = T.axis.spatial(2, n_g_o_0_0_fused)
+                                    v_o = T.axis.spatial(2, o_0_1 * 2 + o_1_init)
+                                    v_p = T.axis.spatial(16, p_0 * 16 + p_1_init * 16 + p_2_init)
+                                    T.reads()
+                                    T.writes(grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p])
+                                    grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p] = T.float32(0.0)
+                    for rc in range(2):
+                        for o_1 in T.unroll(2):
+                            for p_1 in T.unroll(1):
+                                for p_2 in T.vectorized(16):
+                                    with T.sblock("grouped_conv2d_pixels_update"):
+                                        v_n = T.axis.spatial(1, 0)
+                                        v_g = T.axis.spatial(2, n_g_o_0_0_fused)
+                                        v_o = T.axis.spatial(2, o_0_1 * 2 + o_1)
+                                        v_p = T.axis.spatial(16, p_0 * 16 + p_1 * 16 + p_2)
+                                        v_rc = T.axis.reduce(2, rc)
+                                        T.reads(
+                                            grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p],
+                                            grouped_pixels[v_n, v_g, v_rc, v_p],
+                                            w[v_g * 2 + v_o, v_rc, 0, 0],
+                                        )
+                                        T.writes(grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p])
+                                        grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p] = (
+                                            grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p]
+                                            + grouped_pixels[v_n, v_g, v_rc, v_p]
+                                            * w[v_g * 2 + v_o, v_rc, 0, 0]
+                                        )
+                    for ax0 in range(2):
+                        for ax1 in T.vectorized(16):
+                            with T.sblock("grouped_conv2d_pixels_local"):
+                                v0 = T.axis.spatial(1, 0)
+                                v1, v2, v3 = T.axis.remap("SSS", [n_g_o_0_0_fused, ax0, ax1])
+                                T.reads(grouped_conv2d_pixels_local[v0, v1, v2, v3])
+                                T.writes(grouped_conv2d_pixels[v0, v1, v2, v3])
+                                grouped_conv2d_pixels[v0, v1, v2, v3] = grouped_conv2d_pixels_local[
+                                    v0, v1, v2, v3
+                                ]
+                for ax0 in range(2):
+                    for ax1 in T.vectorized(9):
+                        with T.sblock("grouped_conv2d_crop"):
+                            v0 = T.axis.spatial(1, 0)
+                            v1 = T.axis.spatial(4, n_g_o_0_0_fused * 2 + ax0)
+                            v2 = T.axis.spatial(9, ax1)
+                            T.reads(grouped_conv2d_pixels[v0, v1 // 2, v1 % 2, v2])
+                            T.writes(grouped_conv2d_crop[v0, v1, v2 // 3, v2 % 3])
+                            grouped_conv2d_crop[v0, v1, v2 // 3, v2 % 3] = grouped_conv2d_pixels[
+                                v0, v1 // 2, v1 % 2, v2
+                            ]
+
+    check(GroupedPixels1x1(), before, expected)
 
 
 def test_schedule_8x5x5_groups_4():
     # a task per group (4): its 25 pixels copied padded to 2 vectors of 16, a 2-channel x
     # 2-vector tile over the group's 2 input channels, then the crop as 25-lane vectors
-    check(GroupedPixels1x1(), before_8x5x5_groups_4, expected_8x5x5_groups_4)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((1, 8, 5, 5), "float32"),
+        w: T.Buffer((8, 2, 1, 1), "float32"),
+        grouped_conv2d_crop: T.Buffer((1, 8, 5, 5), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
+        # with T.sblock("root"):
+        grouped_pixels = T.sblock_alloc_buffer((1, 4, 2, 32))
+        grouped_conv2d_pixels = T.sblock_alloc_buffer((1, 4, 2, 32))
+        for n, g, c, p in T.grid(1, 4, 2, 32):
+            with T.sblock("grouped_pixels"):
+                v_n, v_g, v_c, v_p = T.axis.remap("SSSS", [n, g, c, p])
+                T.reads(x[v_n, v_g * 2 + v_c, v_p // 5, v_p % 5])
+                T.writes(grouped_pixels[v_n, v_g, v_c, v_p])
+                grouped_pixels[v_n, v_g, v_c, v_p] = T.if_then_else(
+                    v_p < 25, x[v_n, v_g * 2 + v_c, v_p // 5, v_p % 5], T.float32(0.0)
+                )
+        for n, g, o, p, rc in T.grid(1, 4, 2, 32, 2):
+            with T.sblock("grouped_conv2d_pixels"):
+                v_n, v_g, v_o, v_p, v_rc = T.axis.remap("SSSSR", [n, g, o, p, rc])
+                T.reads(grouped_pixels[v_n, v_g, v_rc, v_p], w[v_g * 2 + v_o, v_rc, 0, 0])
+                T.writes(grouped_conv2d_pixels[v_n, v_g, v_o, v_p])
+                with T.init():
+                    grouped_conv2d_pixels[v_n, v_g, v_o, v_p] = T.float32(0.0)
+                grouped_conv2d_pixels[v_n, v_g, v_o, v_p] = (
+                    grouped_conv2d_pixels[v_n, v_g, v_o, v_p]
+                    + grouped_pixels[v_n, v_g, v_rc, v_p] * w[v_g * 2 + v_o, v_rc, 0, 0]
+                )
+        for n, f, y, x_1 in T.grid(1, 8, 5, 5):
+            with T.sblock("grouped_conv2d_crop"):
+                v_n, v_f, v_y, v_x = T.axis.remap("SSSS", [n, f, y, x_1])
+                T.reads(grouped_conv2d_pixels[v_n, v_f // 2, v_f % 2, v_y * 5 + v_x])
+                T.writes(grouped_conv2d_crop[v_n, v_f, v_y, v_x])
+                grouped_conv2d_crop[v_n, v_f, v_y, v_x] = grouped_conv2d_pixels[
+                    v_n, v_f // 2, v_f % 2, v_y * 5 + v_x
+                ]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((1, 8, 5, 5), "float32"),
+        w: T.Buffer((8, 2, 1, 1), "float32"),
+        grouped_conv2d_crop: T.Buffer((1, 8, 5, 5), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
+        # with T.sblock("root"):
+        grouped_pixels = T.sblock_alloc_buffer((1, 4, 2, 32))
+        grouped_conv2d_pixels = T.sblock_alloc_buffer((1, 4, 2, 32))
+        grouped_conv2d_pixels_local = T.sblock_alloc_buffer((1, 4, 2, 32), scope="local")
+        for n_g_o_0_0_fused in T.parallel(4):
+            for ax0, ax1_0 in T.grid(2, 2):
+                for ax1_1 in T.vectorized(16):
+                    with T.sblock("grouped_pixels"):
+                        v_n = T.axis.spatial(1, 0)
+                        v_g, v_c = T.axis.remap("SS", [n_g_o_0_0_fused, ax0])
+                        v_p = T.axis.spatial(32, ax1_0 * 16 + ax1_1)
+                        T.reads(x[v_n, v_g * 2 + v_c, v_p // 5, v_p % 5])
+                        T.writes(grouped_pixels[v_n, v_g, v_c, v_p])
+                        grouped_pixels[v_n, v_g, v_c, v_p] = T.if_then_else(
+                            v_p < 25, x[v_n, v_g * 2 + v_c, v_p // 5, v_p % 5], T.float32(0.0)
+                        )
+            for o_0_1 in range(1):
+                for p_0 in range(1):
+                    for o_1_init in T.unroll(2):
+                        for p_1_init in T.unroll(2):
+                            for p_2_init in T.vectorized(16):
+                                with T.sblock("grouped_conv2d_pixels_init"):
+                                    v_n = T.axis.spatial(1, 0)
+                                    v_g = T.axis.spatial(4, n_g_o_0_0_fused)
+                                    v_o = T.axis.spatial(2, o_0_1 * 2 + o_1_init)
+                                    v_p = T.axis.spatial(32, p_0 * 32 + p_1_init * 16 + p_2_init)
+                                    T.reads()
+                                    T.writes(grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p])
+                                    grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p] = T.float32(0.0)
+                    for rc in range(2):
+                        for o_1 in T.unroll(2):
+                            for p_1 in T.unroll(2):
+                                for p_2 in T.vectorized(16):
+                                    with T.sblock("grouped_conv2d_pixels_update"):
+                                        v_n = T.axis.spatial(1, 0)
+                                        v_g = T.axis.spatial(4, n_g_o_0_0_fused)
+                                        v_o = T.axis.spatial(2, o_0_1 * 2 + o_1)
+                                        v_p = T.axis.spatial(32, p_0 * 32 + p_1 * 16 + p_2)
+                                        v_rc = T.axis.reduce(2, rc)
+                                        T.reads(
+                                            grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p],
+                                            grouped_pixels[v_n, v_g, v_rc, v_p],
+                                            w[v_g * 2 + v_o, v_rc, 0, 0],
+                                        )
+                                        T.writes(grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p])
+                                        grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p] = (
+                                            grouped_conv2d_pixels_local[v_n, v_g, v_o, v_p]
+                                            + grouped_pixels[v_n, v_g, v_rc, v_p]
+                                            * w[v_g * 2 + v_o, v_rc, 0, 0]
+                                        )
+                    for ax0, ax1_0 in T.grid(2, 2):
+                        for ax1_1 in T.vectorized(16):
+                            with T.sblock("grouped_conv2d_pixels_local"):
+                                v0 = T.axis.spatial(1, 0)
+                                v1, v2 = T.axis.remap("SS", [n_g_o_0_0_fused, ax0])
+                                v3 = T.axis.spatial(32, ax1_0 * 16 + ax1_1)
+                                T.reads(grouped_conv2d_pixels_local[v0, v1, v2, v3])
+                                T.writes(grouped_conv2d_pixels[v0, v1, v2, v3])
+                                grouped_conv2d_pixels[v0, v1, v2, v3] = grouped_conv2d_pixels_local[
+                                    v0, v1, v2, v3
+                                ]
+                for ax0 in range(2):
+                    for ax1 in T.vectorized(25):
+                        with T.sblock("grouped_conv2d_crop"):
+                            v0 = T.axis.spatial(1, 0)
+                            v1 = T.axis.spatial(8, n_g_o_0_0_fused * 2 + ax0)
+                            v2 = T.axis.spatial(25, ax1)
+                            T.reads(grouped_conv2d_pixels[v0, v1 // 2, v1 % 2, v2])
+                            T.writes(grouped_conv2d_crop[v0, v1, v2 // 5, v2 % 5])
+                            grouped_conv2d_crop[v0, v1, v2 // 5, v2 % 5] = grouped_conv2d_pixels[
+                                v0, v1 // 2, v1 % 2, v2
+                            ]
+
+    check(GroupedPixels1x1(), before, expected)
 
 
 def test_declines_an_ordinary_convolution():

@@ -277,178 +277,174 @@ def test_a_matrix_vector_product_under_tiled_streams_eight_vectors_of_each_weigh
 # the schedules: the kernel before, the schedule expected
 
 
-@T.prim_func(s_tir=True, private=True)
-def before_16x8x32(
-    x: T.Buffer((16, 8), "float32"),
-    w: T.Buffer((8, 32), "float32"),
-    z: T.Buffer((32,), "float32"),
-    T_add: T.Buffer((16, 32), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul", "add"]})
-    # with T.sblock("root"):
-    T_matmul = T.sblock_alloc_buffer((16, 32))
-    for ax0, ax1, k in T.grid(16, 32, 8):
-        with T.sblock("T_matmul"):
-            v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
-            T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
-            T.writes(T_matmul[v_ax0, v_ax1])
-            with T.init():
-                T_matmul[v_ax0, v_ax1] = T.float32(0.0)
-            T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
-    for ax0, ax1 in T.grid(16, 32):
-        with T.sblock("T_add"):
-            v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
-            T.reads(T_matmul[v_ax0, v_ax1], z[v_ax1])
-            T.writes(T_add[v_ax0, v_ax1])
-            T_add[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + z[v_ax1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_16x8x32(
-    x: T.Buffer((16, 8), "float32"),
-    w: T.Buffer((2, 8, 16), "float32"),
-    z: T.Buffer((32,), "float32"),
-    T_add: T.Buffer((16, 32), "float32"),
-):
-    T.func_attr(
-        {
-            "tirx.noalias": True,
-            "tvm_hetero.op_kinds": ["matmul", "add"],
-            "tvm_hetero.packed_weights": [1, 16, 1, 2],
-        }
-    )
-    # with T.sblock("root"):
-    T_matmul_local = T.sblock_alloc_buffer((16, 32), scope="local")
-    for ax1_0_ax0_0_fused in T.parallel(2):
-        for ax0_1_init in T.unroll(8):
-            for ax1_1_init in T.unroll(2):
-                for ax1_2_init in T.vectorized(16):
-                    with T.sblock("T_matmul_init"):
-                        v_ax0 = T.axis.spatial(16, ax1_0_ax0_0_fused * 8 + ax0_1_init)
-                        v_ax1 = T.axis.spatial(32, ax1_1_init * 16 + ax1_2_init)
-                        T.reads()
-                        T.writes(T_matmul_local[v_ax0, v_ax1])
-                        T_matmul_local[v_ax0, v_ax1] = T.float32(0.0)
-        for k in range(8):
-            for ax0_1 in T.unroll(8):
-                for ax1_1 in T.unroll(2):
-                    for ax1_2 in T.vectorized(16):
-                        with T.sblock("T_matmul_update"):
-                            v_ax0 = T.axis.spatial(16, ax1_0_ax0_0_fused * 8 + ax0_1)
-                            v_ax1 = T.axis.spatial(32, ax1_1 * 16 + ax1_2)
-                            v_k = T.axis.reduce(8, k)
-                            T.reads(
-                                T_matmul_local[v_ax0, v_ax1],
-                                x[v_ax0, v_k],
-                                w[v_ax1 // 16, v_k, v_ax1 % 16],
-                            )
-                            T.writes(T_matmul_local[v_ax0, v_ax1])
-                            T_matmul_local[v_ax0, v_ax1] = (
-                                T_matmul_local[v_ax0, v_ax1]
-                                + x[v_ax0, v_k] * w[v_ax1 // 16, v_k, v_ax1 % 16]
-                            )
-        for ax0 in T.unroll(8):
-            for ax1_0 in T.unroll(2):
-                for ax1_1 in T.vectorized(16):
-                    with T.sblock("T_add"):
-                        v_ax0 = T.axis.spatial(16, ax1_0_ax0_0_fused * 8 + ax0)
-                        v_ax1 = T.axis.spatial(32, ax1_0 * 16 + ax1_1)
-                        T.reads(T_matmul_local[v_ax0, v_ax1], z[v_ax1])
-                        T.writes(T_add[v_ax0, v_ax1])
-                        T_add[v_ax0, v_ax1] = T_matmul_local[v_ax0, v_ax1] + z[v_ax1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def before_40x16x64(
-    x: T.Buffer((40, 16), "float32"),
-    w: T.Buffer((16, 64), "float32"),
-    z: T.Buffer((64,), "float32"),
-    T_add: T.Buffer((40, 64), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul", "add"]})
-    # with T.sblock("root"):
-    T_matmul = T.sblock_alloc_buffer((40, 64))
-    for ax0, ax1, k in T.grid(40, 64, 16):
-        with T.sblock("T_matmul"):
-            v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
-            T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
-            T.writes(T_matmul[v_ax0, v_ax1])
-            with T.init():
-                T_matmul[v_ax0, v_ax1] = T.float32(0.0)
-            T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
-    for ax0, ax1 in T.grid(40, 64):
-        with T.sblock("T_add"):
-            v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
-            T.reads(T_matmul[v_ax0, v_ax1], z[v_ax1])
-            T.writes(T_add[v_ax0, v_ax1])
-            T_add[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + z[v_ax1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_40x16x64(
-    x: T.Buffer((40, 16), "float32"),
-    w: T.Buffer((4, 16, 16), "float32"),
-    z: T.Buffer((64,), "float32"),
-    T_add: T.Buffer((40, 64), "float32"),
-):
-    T.func_attr(
-        {
-            "tirx.noalias": True,
-            "tvm_hetero.op_kinds": ["matmul", "add"],
-            "tvm_hetero.packed_weights": [1, 16, 1, 4],
-        }
-    )
-    # with T.sblock("root"):
-    T_matmul_local = T.sblock_alloc_buffer((40, 64), scope="local")
-    for ax1_0_ax0_0_fused in T.parallel(8):
-        for ax0_1_init in T.unroll(5):
-            for ax1_1_init in T.unroll(4):
-                for ax1_2_init in T.vectorized(16):
-                    with T.sblock("T_matmul_init"):
-                        v_ax0 = T.axis.spatial(40, ax1_0_ax0_0_fused * 5 + ax0_1_init)
-                        v_ax1 = T.axis.spatial(64, ax1_1_init * 16 + ax1_2_init)
-                        T.reads()
-                        T.writes(T_matmul_local[v_ax0, v_ax1])
-                        T_matmul_local[v_ax0, v_ax1] = T.float32(0.0)
-        for k in range(16):
-            for ax0_1 in T.unroll(5):
-                for ax1_1 in T.unroll(4):
-                    for ax1_2 in T.vectorized(16):
-                        with T.sblock("T_matmul_update"):
-                            v_ax0 = T.axis.spatial(40, ax1_0_ax0_0_fused * 5 + ax0_1)
-                            v_ax1 = T.axis.spatial(64, ax1_1 * 16 + ax1_2)
-                            v_k = T.axis.reduce(16, k)
-                            T.reads(
-                                T_matmul_local[v_ax0, v_ax1],
-                                x[v_ax0, v_k],
-                                w[v_ax1 // 16, v_k, v_ax1 % 16],
-                            )
-                            T.writes(T_matmul_local[v_ax0, v_ax1])
-                            T_matmul_local[v_ax0, v_ax1] = (
-                                T_matmul_local[v_ax0, v_ax1]
-                                + x[v_ax0, v_k] * w[v_ax1 // 16, v_k, v_ax1 % 16]
-                            )
-        for ax0 in T.unroll(5):
-            for ax1_0 in T.unroll(4):
-                for ax1_1 in T.vectorized(16):
-                    with T.sblock("T_add"):
-                        v_ax0 = T.axis.spatial(40, ax1_0_ax0_0_fused * 5 + ax0)
-                        v_ax1 = T.axis.spatial(64, ax1_0 * 16 + ax1_1)
-                        T.reads(T_matmul_local[v_ax0, v_ax1], z[v_ax1])
-                        T.writes(T_add[v_ax0, v_ax1])
-                        T_add[v_ax0, v_ax1] = T_matmul_local[v_ax0, v_ax1] + z[v_ax1]
-
-
 def test_schedule_16x8x32():
     # weight read as panels [2, 8, 16] (its repacking in the attribute); 2 parallel tiles of
     # 8 rows x 2 vectors in a local buffer (unrolled, 16 lanes vectorized), bias per tile
-    check(PackedMatmul(), before_16x8x32, expected_16x8x32)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((16, 8), "float32"),
+        w: T.Buffer((8, 32), "float32"),
+        z: T.Buffer((32,), "float32"),
+        T_add: T.Buffer((16, 32), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul", "add"]})
+        # with T.sblock("root"):
+        T_matmul = T.sblock_alloc_buffer((16, 32))
+        for ax0, ax1, k in T.grid(16, 32, 8):
+            with T.sblock("T_matmul"):
+                v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
+                T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
+                T.writes(T_matmul[v_ax0, v_ax1])
+                with T.init():
+                    T_matmul[v_ax0, v_ax1] = T.float32(0.0)
+                T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
+        for ax0, ax1 in T.grid(16, 32):
+            with T.sblock("T_add"):
+                v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
+                T.reads(T_matmul[v_ax0, v_ax1], z[v_ax1])
+                T.writes(T_add[v_ax0, v_ax1])
+                T_add[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + z[v_ax1]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((16, 8), "float32"),
+        w: T.Buffer((2, 8, 16), "float32"),
+        z: T.Buffer((32,), "float32"),
+        T_add: T.Buffer((16, 32), "float32"),
+    ):
+        T.func_attr(
+            {
+                "tirx.noalias": True,
+                "tvm_hetero.op_kinds": ["matmul", "add"],
+                "tvm_hetero.packed_weights": [1, 16, 1, 2],
+            }
+        )
+        # with T.sblock("root"):
+        T_matmul_local = T.sblock_alloc_buffer((16, 32), scope="local")
+        for ax1_0_ax0_0_fused in T.parallel(2):
+            for ax0_1_init in T.unroll(8):
+                for ax1_1_init in T.unroll(2):
+                    for ax1_2_init in T.vectorized(16):
+                        with T.sblock("T_matmul_init"):
+                            v_ax0 = T.axis.spatial(16, ax1_0_ax0_0_fused * 8 + ax0_1_init)
+                            v_ax1 = T.axis.spatial(32, ax1_1_init * 16 + ax1_2_init)
+                            T.reads()
+                            T.writes(T_matmul_local[v_ax0, v_ax1])
+                            T_matmul_local[v_ax0, v_ax1] = T.float32(0.0)
+            for k in range(8):
+                for ax0_1 in T.unroll(8):
+                    for ax1_1 in T.unroll(2):
+                        for ax1_2 in T.vectorized(16):
+                            with T.sblock("T_matmul_update"):
+                                v_ax0 = T.axis.spatial(16, ax1_0_ax0_0_fused * 8 + ax0_1)
+                                v_ax1 = T.axis.spatial(32, ax1_1 * 16 + ax1_2)
+                                v_k = T.axis.reduce(8, k)
+                                T.reads(
+                                    T_matmul_local[v_ax0, v_ax1],
+                                    x[v_ax0, v_k],
+                                    w[v_ax1 // 16, v_k, v_ax1 % 16],
+                                )
+                                T.writes(T_matmul_local[v_ax0, v_ax1])
+                                T_matmul_local[v_ax0, v_ax1] = (
+                                    T_matmul_local[v_ax0, v_ax1]
+                                    + x[v_ax0, v_k] * w[v_ax1 // 16, v_k, v_ax1 % 16]
+                                )
+            for ax0 in T.unroll(8):
+                for ax1_0 in T.unroll(2):
+                    for ax1_1 in T.vectorized(16):
+                        with T.sblock("T_add"):
+                            v_ax0 = T.axis.spatial(16, ax1_0_ax0_0_fused * 8 + ax0)
+                            v_ax1 = T.axis.spatial(32, ax1_0 * 16 + ax1_1)
+                            T.reads(T_matmul_local[v_ax0, v_ax1], z[v_ax1])
+                            T.writes(T_add[v_ax0, v_ax1])
+                            T_add[v_ax0, v_ax1] = T_matmul_local[v_ax0, v_ax1] + z[v_ax1]
+
+    check(PackedMatmul(), before, expected)
 
 
 def test_schedule_40x16x64():
     # weight as panels [4, 16, 16]; 8 parallel tiles of 5 rows x 4 vectors in a local
     # buffer over the 16-long reduction, bias per tile
-    check(PackedMatmul(), before_40x16x64, expected_40x16x64)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((40, 16), "float32"),
+        w: T.Buffer((16, 64), "float32"),
+        z: T.Buffer((64,), "float32"),
+        T_add: T.Buffer((40, 64), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul", "add"]})
+        # with T.sblock("root"):
+        T_matmul = T.sblock_alloc_buffer((40, 64))
+        for ax0, ax1, k in T.grid(40, 64, 16):
+            with T.sblock("T_matmul"):
+                v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
+                T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
+                T.writes(T_matmul[v_ax0, v_ax1])
+                with T.init():
+                    T_matmul[v_ax0, v_ax1] = T.float32(0.0)
+                T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
+        for ax0, ax1 in T.grid(40, 64):
+            with T.sblock("T_add"):
+                v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
+                T.reads(T_matmul[v_ax0, v_ax1], z[v_ax1])
+                T.writes(T_add[v_ax0, v_ax1])
+                T_add[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + z[v_ax1]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((40, 16), "float32"),
+        w: T.Buffer((4, 16, 16), "float32"),
+        z: T.Buffer((64,), "float32"),
+        T_add: T.Buffer((40, 64), "float32"),
+    ):
+        T.func_attr(
+            {
+                "tirx.noalias": True,
+                "tvm_hetero.op_kinds": ["matmul", "add"],
+                "tvm_hetero.packed_weights": [1, 16, 1, 4],
+            }
+        )
+        # with T.sblock("root"):
+        T_matmul_local = T.sblock_alloc_buffer((40, 64), scope="local")
+        for ax1_0_ax0_0_fused in T.parallel(8):
+            for ax0_1_init in T.unroll(5):
+                for ax1_1_init in T.unroll(4):
+                    for ax1_2_init in T.vectorized(16):
+                        with T.sblock("T_matmul_init"):
+                            v_ax0 = T.axis.spatial(40, ax1_0_ax0_0_fused * 5 + ax0_1_init)
+                            v_ax1 = T.axis.spatial(64, ax1_1_init * 16 + ax1_2_init)
+                            T.reads()
+                            T.writes(T_matmul_local[v_ax0, v_ax1])
+                            T_matmul_local[v_ax0, v_ax1] = T.float32(0.0)
+            for k in range(16):
+                for ax0_1 in T.unroll(5):
+                    for ax1_1 in T.unroll(4):
+                        for ax1_2 in T.vectorized(16):
+                            with T.sblock("T_matmul_update"):
+                                v_ax0 = T.axis.spatial(40, ax1_0_ax0_0_fused * 5 + ax0_1)
+                                v_ax1 = T.axis.spatial(64, ax1_1 * 16 + ax1_2)
+                                v_k = T.axis.reduce(16, k)
+                                T.reads(
+                                    T_matmul_local[v_ax0, v_ax1],
+                                    x[v_ax0, v_k],
+                                    w[v_ax1 // 16, v_k, v_ax1 % 16],
+                                )
+                                T.writes(T_matmul_local[v_ax0, v_ax1])
+                                T_matmul_local[v_ax0, v_ax1] = (
+                                    T_matmul_local[v_ax0, v_ax1]
+                                    + x[v_ax0, v_k] * w[v_ax1 // 16, v_k, v_ax1 % 16]
+                                )
+            for ax0 in T.unroll(5):
+                for ax1_0 in T.unroll(4):
+                    for ax1_1 in T.vectorized(16):
+                        with T.sblock("T_add"):
+                            v_ax0 = T.axis.spatial(40, ax1_0_ax0_0_fused * 5 + ax0)
+                            v_ax1 = T.axis.spatial(64, ax1_0 * 16 + ax1_1)
+                            T.reads(T_matmul_local[v_ax0, v_ax1], z[v_ax1])
+                            T.writes(T_add[v_ax0, v_ax1])
+                            T_add[v_ax0, v_ax1] = T_matmul_local[v_ax0, v_ax1] + z[v_ax1]
+
+    check(PackedMatmul(), before, expected)
 
 
 def test_declines_ragged_columns():

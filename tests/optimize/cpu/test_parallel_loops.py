@@ -17,95 +17,91 @@ from tests.helpers.schedules import add_multiply, check, declines
 # the schedules: the kernel before, the schedule expected
 
 
-@T.prim_func(s_tir=True, private=True)
-def before_64x512(
-    x: T.Buffer((64, 512), "float32"),
-    w: T.Buffer((64, 512), "float32"),
-    T_multiply: T.Buffer((64, 512), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["add", "multiply"]})
-    # with T.sblock("root"):
-    T_add = T.sblock_alloc_buffer((64, 512))
-    for ax0, ax1 in T.grid(64, 512):
-        with T.sblock("T_add"):
-            v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
-            T.reads(x[v_ax0, v_ax1], w[v_ax0, v_ax1])
-            T.writes(T_add[v_ax0, v_ax1])
-            T_add[v_ax0, v_ax1] = x[v_ax0, v_ax1] + w[v_ax0, v_ax1]
-    for ax0, ax1 in T.grid(64, 512):
-        with T.sblock("T_multiply"):
-            v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
-            T.reads(T_add[v_ax0, v_ax1], x[v_ax0, v_ax1])
-            T.writes(T_multiply[v_ax0, v_ax1])
-            T_multiply[v_ax0, v_ax1] = T_add[v_ax0, v_ax1] * x[v_ax0, v_ax1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_64x512(
-    x: T.Buffer((64, 512), "float32"),
-    w: T.Buffer((64, 512), "float32"),
-    T_multiply: T.Buffer((64, 512), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["add", "multiply"]})
-    # with T.sblock("root"):
-    for ax0 in T.parallel(64):
-        for ax1 in range(512):
-            with T.sblock("T_multiply"):
-                v0, v1 = T.axis.remap("SS", [ax0, ax1])
-                T.reads(x[v0, v1], w[v0, v1])
-                T.writes(T_multiply[v0, v1])
-                T_multiply[v0, v1] = (x[v0, v1] + w[v0, v1]) * x[v0, v1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def before_512x100(
-    x: T.Buffer((512, 100), "float32"),
-    w: T.Buffer((512, 100), "float32"),
-    T_multiply: T.Buffer((512, 100), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["add", "multiply"]})
-    # with T.sblock("root"):
-    T_add = T.sblock_alloc_buffer((512, 100))
-    for ax0, ax1 in T.grid(512, 100):
-        with T.sblock("T_add"):
-            v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
-            T.reads(x[v_ax0, v_ax1], w[v_ax0, v_ax1])
-            T.writes(T_add[v_ax0, v_ax1])
-            T_add[v_ax0, v_ax1] = x[v_ax0, v_ax1] + w[v_ax0, v_ax1]
-    for ax0, ax1 in T.grid(512, 100):
-        with T.sblock("T_multiply"):
-            v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
-            T.reads(T_add[v_ax0, v_ax1], x[v_ax0, v_ax1])
-            T.writes(T_multiply[v_ax0, v_ax1])
-            T_multiply[v_ax0, v_ax1] = T_add[v_ax0, v_ax1] * x[v_ax0, v_ax1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_512x100(
-    x: T.Buffer((512, 100), "float32"),
-    w: T.Buffer((512, 100), "float32"),
-    T_multiply: T.Buffer((512, 100), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["add", "multiply"]})
-    # with T.sblock("root"):
-    for ax0 in T.parallel(512):
-        for ax1 in range(100):
-            with T.sblock("T_multiply"):
-                v0, v1 = T.axis.remap("SS", [ax0, ax1])
-                T.reads(x[v0, v1], w[v0, v1])
-                T.writes(T_multiply[v0, v1])
-                T_multiply[v0, v1] = (x[v0, v1] + w[v0, v1]) * x[v0, v1]
-
-
 def test_schedule_64x512():
     # add inlined into the multiply; the 64 rows parallel, each row's 512 columns a plain
     # inner loop (for LLVM to vectorize)
-    check(ParallelLoops(), before_64x512, expected_64x512)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((64, 512), "float32"),
+        w: T.Buffer((64, 512), "float32"),
+        T_multiply: T.Buffer((64, 512), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["add", "multiply"]})
+        # with T.sblock("root"):
+        T_add = T.sblock_alloc_buffer((64, 512))
+        for ax0, ax1 in T.grid(64, 512):
+            with T.sblock("T_add"):
+                v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
+                T.reads(x[v_ax0, v_ax1], w[v_ax0, v_ax1])
+                T.writes(T_add[v_ax0, v_ax1])
+                T_add[v_ax0, v_ax1] = x[v_ax0, v_ax1] + w[v_ax0, v_ax1]
+        for ax0, ax1 in T.grid(64, 512):
+            with T.sblock("T_multiply"):
+                v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
+                T.reads(T_add[v_ax0, v_ax1], x[v_ax0, v_ax1])
+                T.writes(T_multiply[v_ax0, v_ax1])
+                T_multiply[v_ax0, v_ax1] = T_add[v_ax0, v_ax1] * x[v_ax0, v_ax1]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((64, 512), "float32"),
+        w: T.Buffer((64, 512), "float32"),
+        T_multiply: T.Buffer((64, 512), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["add", "multiply"]})
+        # with T.sblock("root"):
+        for ax0 in T.parallel(64):
+            for ax1 in range(512):
+                with T.sblock("T_multiply"):
+                    v0, v1 = T.axis.remap("SS", [ax0, ax1])
+                    T.reads(x[v0, v1], w[v0, v1])
+                    T.writes(T_multiply[v0, v1])
+                    T_multiply[v0, v1] = (x[v0, v1] + w[v0, v1]) * x[v0, v1]
+
+    check(ParallelLoops(), before, expected)
 
 
 def test_schedule_512x100():
     # the 512 rows parallel, each row's 100 columns a plain inner loop
-    check(ParallelLoops(), before_512x100, expected_512x100)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((512, 100), "float32"),
+        w: T.Buffer((512, 100), "float32"),
+        T_multiply: T.Buffer((512, 100), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["add", "multiply"]})
+        # with T.sblock("root"):
+        T_add = T.sblock_alloc_buffer((512, 100))
+        for ax0, ax1 in T.grid(512, 100):
+            with T.sblock("T_add"):
+                v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
+                T.reads(x[v_ax0, v_ax1], w[v_ax0, v_ax1])
+                T.writes(T_add[v_ax0, v_ax1])
+                T_add[v_ax0, v_ax1] = x[v_ax0, v_ax1] + w[v_ax0, v_ax1]
+        for ax0, ax1 in T.grid(512, 100):
+            with T.sblock("T_multiply"):
+                v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
+                T.reads(T_add[v_ax0, v_ax1], x[v_ax0, v_ax1])
+                T.writes(T_multiply[v_ax0, v_ax1])
+                T_multiply[v_ax0, v_ax1] = T_add[v_ax0, v_ax1] * x[v_ax0, v_ax1]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((512, 100), "float32"),
+        w: T.Buffer((512, 100), "float32"),
+        T_multiply: T.Buffer((512, 100), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["add", "multiply"]})
+        # with T.sblock("root"):
+        for ax0 in T.parallel(512):
+            for ax1 in range(100):
+                with T.sblock("T_multiply"):
+                    v0, v1 = T.axis.remap("SS", [ax0, ax1])
+                    T.reads(x[v0, v1], w[v0, v1])
+                    T.writes(T_multiply[v0, v1])
+                    T_multiply[v0, v1] = (x[v0, v1] + w[v0, v1]) * x[v0, v1]
+
+    check(ParallelLoops(), before, expected)
 
 
 def test_declines_too_small_for_the_thread_pool():

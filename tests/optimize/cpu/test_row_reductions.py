@@ -133,279 +133,274 @@ def test_the_suites_detector_matches_onnxruntime():
 # the schedules: the kernel before, the schedule expected
 
 
-@T.prim_func(s_tir=True, private=True)
-def before_128x64(
-    x: T.Buffer((128, 64), "float32"), T_softmax_norm: T.Buffer((128, 64), "float32")
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
-    # with T.sblock("root"):
-    T_softmax_maxelem = T.sblock_alloc_buffer((128,))
-    T_softmax_exp = T.sblock_alloc_buffer((128, 64))
-    T_softmax_expsum = T.sblock_alloc_buffer((128,))
-    for i0, k in T.grid(128, 64):
-        with T.sblock("T_softmax_maxelem"):
-            v_i0, v_k = T.axis.remap("SR", [i0, k])
-            T.reads(x[v_i0, v_k])
-            T.writes(T_softmax_maxelem[v_i0])
-            with T.init():
-                T_softmax_maxelem[v_i0] = T.float32(-340282346638528859811704183484516925440.0)
-            T_softmax_maxelem[v_i0] = T.max(T_softmax_maxelem[v_i0], x[v_i0, v_k])
-    for i0, i1 in T.grid(128, 64):
-        with T.sblock("T_softmax_exp"):
-            v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
-            T.reads(x[v_i0, v_i1], T_softmax_maxelem[v_i0])
-            T.writes(T_softmax_exp[v_i0, v_i1])
-            T_softmax_exp[v_i0, v_i1] = T.exp(x[v_i0, v_i1] - T_softmax_maxelem[v_i0])
-    for i0, k in T.grid(128, 64):
-        with T.sblock("T_softmax_expsum"):
-            v_i0, v_k = T.axis.remap("SR", [i0, k])
-            T.reads(T_softmax_exp[v_i0, v_k])
-            T.writes(T_softmax_expsum[v_i0])
-            with T.init():
-                T_softmax_expsum[v_i0] = T.float32(0.0)
-            T_softmax_expsum[v_i0] = T_softmax_expsum[v_i0] + T_softmax_exp[v_i0, v_k]
-    for i0, i1 in T.grid(128, 64):
-        with T.sblock("T_softmax_norm"):
-            v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
-            T.reads(T_softmax_exp[v_i0, v_i1], T_softmax_expsum[v_i0])
-            T.writes(T_softmax_norm[v_i0, v_i1])
-            T.sblock_attr({"axis": 1})
-            T_softmax_norm[v_i0, v_i1] = T_softmax_exp[v_i0, v_i1] / T_softmax_expsum[v_i0]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_128x64(
-    x: T.Buffer((128, 64), "float32"), T_softmax_norm: T.Buffer((128, 64), "float32")
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
-    # with T.sblock("root"):
-    T_softmax_maxelem = T.sblock_alloc_buffer((128,))
-    T_softmax_exp = T.sblock_alloc_buffer((128, 64))
-    T_softmax_expsum = T.sblock_alloc_buffer((128,))
-    T_softmax_maxelem_rf = T.sblock_alloc_buffer((16, 128))
-    T_softmax_expsum_rf = T.sblock_alloc_buffer((16, 128))
-    for ax0 in T.parallel(128):
-        for ax1 in range(1):
-            for ax0_init in T.vectorized(16):
-                with T.sblock("T_softmax_maxelem_rf_init"):
-                    vax1_1 = T.axis.spatial(16, ax0_init)
-                    v0 = T.axis.spatial(128, ax0 + ax1)
-                    T.reads()
-                    T.writes(T_softmax_maxelem_rf[vax1_1, v0])
-                    T_softmax_maxelem_rf[vax1_1, v0] = T.float32(
-                        -340282346638528859811704183484516925440.0
-                    )
-            for ax2 in range(4):
-                for ax0_1 in T.vectorized(16):
-                    with T.sblock("T_softmax_maxelem_rf_update"):
-                        vax1_1 = T.axis.spatial(16, ax0_1)
-                        v0 = T.axis.spatial(128, ax0 + ax1)
-                        vax1_0 = T.axis.reduce(4, ax2)
-                        T.reads(T_softmax_maxelem_rf[vax1_1, v0], x[v0, vax1_0 * 16 + vax1_1])
-                        T.writes(T_softmax_maxelem_rf[vax1_1, v0])
-                        T_softmax_maxelem_rf[vax1_1, v0] = T.max(
-                            T_softmax_maxelem_rf[vax1_1, v0], x[v0, vax1_0 * 16 + vax1_1]
-                        )
-        for ax0_1, ax1 in T.grid(16, 1):
+def test_schedule_128x64():
+    # one row per parallel task: max and sum as 16-lane partial results (rfactor, vectorized)
+    # then across them, exp and the normalization vectorized along the 64-wide row
+    @T.prim_func(s_tir=True, private=True)
+    def before(x: T.Buffer((128, 64), "float32"), T_softmax_norm: T.Buffer((128, 64), "float32")):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
+        # with T.sblock("root"):
+        T_softmax_maxelem = T.sblock_alloc_buffer((128,))
+        T_softmax_exp = T.sblock_alloc_buffer((128, 64))
+        T_softmax_expsum = T.sblock_alloc_buffer((128,))
+        for i0, k in T.grid(128, 64):
             with T.sblock("T_softmax_maxelem"):
-                vax1_1 = T.axis.reduce(16, ax0_1)
-                v0 = T.axis.spatial(128, ax0 + ax1)
-                T.reads(T_softmax_maxelem_rf[vax1_1, v0])
-                T.writes(T_softmax_maxelem[v0])
+                v_i0, v_k = T.axis.remap("SR", [i0, k])
+                T.reads(x[v_i0, v_k])
+                T.writes(T_softmax_maxelem[v_i0])
                 with T.init():
-                    T_softmax_maxelem[v0] = T.float32(-340282346638528859811704183484516925440.0)
-                T_softmax_maxelem[v0] = T.max(
-                    T_softmax_maxelem[v0], T_softmax_maxelem_rf[vax1_1, v0]
-                )
-        for ax0_ax1_fused in T.vectorized(64):
+                    T_softmax_maxelem[v_i0] = T.float32(-340282346638528859811704183484516925440.0)
+                T_softmax_maxelem[v_i0] = T.max(T_softmax_maxelem[v_i0], x[v_i0, v_k])
+        for i0, i1 in T.grid(128, 64):
             with T.sblock("T_softmax_exp"):
-                v0, v1 = T.axis.remap("SS", [ax0, ax0_ax1_fused])
-                T.reads(x[v0, v1], T_softmax_maxelem[v0])
-                T.writes(T_softmax_exp[v0, v1])
-                T_softmax_exp[v0, v1] = T.exp(x[v0, v1] - T_softmax_maxelem[v0])
-        for ax1 in range(1):
-            for ax0_init in T.vectorized(16):
-                with T.sblock("T_softmax_expsum_rf_init"):
-                    vax1_1 = T.axis.spatial(16, ax0_init)
-                    v0 = T.axis.spatial(128, ax0 + ax1)
-                    T.reads()
-                    T.writes(T_softmax_expsum_rf[vax1_1, v0])
-                    T_softmax_expsum_rf[vax1_1, v0] = T.float32(0.0)
-            for ax2 in range(4):
-                for ax0_1 in T.vectorized(16):
-                    with T.sblock("T_softmax_expsum_rf_update"):
-                        vax1_1 = T.axis.spatial(16, ax0_1)
-                        v0 = T.axis.spatial(128, ax0 + ax1)
-                        vax1_0 = T.axis.reduce(4, ax2)
-                        T.reads(
-                            T_softmax_expsum_rf[vax1_1, v0], T_softmax_exp[v0, vax1_0 * 16 + vax1_1]
-                        )
-                        T.writes(T_softmax_expsum_rf[vax1_1, v0])
-                        T_softmax_expsum_rf[vax1_1, v0] = (
-                            T_softmax_expsum_rf[vax1_1, v0]
-                            + T_softmax_exp[v0, vax1_0 * 16 + vax1_1]
-                        )
-        for ax0_1, ax1 in T.grid(16, 1):
+                v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
+                T.reads(x[v_i0, v_i1], T_softmax_maxelem[v_i0])
+                T.writes(T_softmax_exp[v_i0, v_i1])
+                T_softmax_exp[v_i0, v_i1] = T.exp(x[v_i0, v_i1] - T_softmax_maxelem[v_i0])
+        for i0, k in T.grid(128, 64):
             with T.sblock("T_softmax_expsum"):
-                vax1_1 = T.axis.reduce(16, ax0_1)
-                v0 = T.axis.spatial(128, ax0 + ax1)
-                T.reads(T_softmax_expsum_rf[vax1_1, v0])
-                T.writes(T_softmax_expsum[v0])
+                v_i0, v_k = T.axis.remap("SR", [i0, k])
+                T.reads(T_softmax_exp[v_i0, v_k])
+                T.writes(T_softmax_expsum[v_i0])
                 with T.init():
-                    T_softmax_expsum[v0] = T.float32(0.0)
-                T_softmax_expsum[v0] = T_softmax_expsum[v0] + T_softmax_expsum_rf[vax1_1, v0]
-        for ax1 in T.vectorized(64):
+                    T_softmax_expsum[v_i0] = T.float32(0.0)
+                T_softmax_expsum[v_i0] = T_softmax_expsum[v_i0] + T_softmax_exp[v_i0, v_k]
+        for i0, i1 in T.grid(128, 64):
             with T.sblock("T_softmax_norm"):
-                v0, v1 = T.axis.remap("SS", [ax0, ax1])
-                T.reads(T_softmax_exp[v0, v1], T_softmax_expsum[v0])
-                T.writes(T_softmax_norm[v0, v1])
+                v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
+                T.reads(T_softmax_exp[v_i0, v_i1], T_softmax_expsum[v_i0])
+                T.writes(T_softmax_norm[v_i0, v_i1])
                 T.sblock_attr({"axis": 1})
-                T_softmax_norm[v0, v1] = T_softmax_exp[v0, v1] / T_softmax_expsum[v0]
+                T_softmax_norm[v_i0, v_i1] = T_softmax_exp[v_i0, v_i1] / T_softmax_expsum[v_i0]
 
-
-@T.prim_func(s_tir=True, private=True)
-def before_64x200(
-    x: T.Buffer((64, 200), "float32"), T_softmax_norm: T.Buffer((64, 200), "float32")
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
-    # with T.sblock("root"):
-    T_softmax_maxelem = T.sblock_alloc_buffer((64,))
-    T_softmax_exp = T.sblock_alloc_buffer((64, 200))
-    T_softmax_expsum = T.sblock_alloc_buffer((64,))
-    for i0, k in T.grid(64, 200):
-        with T.sblock("T_softmax_maxelem"):
-            v_i0, v_k = T.axis.remap("SR", [i0, k])
-            T.reads(x[v_i0, v_k])
-            T.writes(T_softmax_maxelem[v_i0])
-            with T.init():
-                T_softmax_maxelem[v_i0] = T.float32(-340282346638528859811704183484516925440.0)
-            T_softmax_maxelem[v_i0] = T.max(T_softmax_maxelem[v_i0], x[v_i0, v_k])
-    for i0, i1 in T.grid(64, 200):
-        with T.sblock("T_softmax_exp"):
-            v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
-            T.reads(x[v_i0, v_i1], T_softmax_maxelem[v_i0])
-            T.writes(T_softmax_exp[v_i0, v_i1])
-            T_softmax_exp[v_i0, v_i1] = T.exp(x[v_i0, v_i1] - T_softmax_maxelem[v_i0])
-    for i0, k in T.grid(64, 200):
-        with T.sblock("T_softmax_expsum"):
-            v_i0, v_k = T.axis.remap("SR", [i0, k])
-            T.reads(T_softmax_exp[v_i0, v_k])
-            T.writes(T_softmax_expsum[v_i0])
-            with T.init():
-                T_softmax_expsum[v_i0] = T.float32(0.0)
-            T_softmax_expsum[v_i0] = T_softmax_expsum[v_i0] + T_softmax_exp[v_i0, v_k]
-    for i0, i1 in T.grid(64, 200):
-        with T.sblock("T_softmax_norm"):
-            v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
-            T.reads(T_softmax_exp[v_i0, v_i1], T_softmax_expsum[v_i0])
-            T.writes(T_softmax_norm[v_i0, v_i1])
-            T.sblock_attr({"axis": 1})
-            T_softmax_norm[v_i0, v_i1] = T_softmax_exp[v_i0, v_i1] / T_softmax_expsum[v_i0]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_64x200(
-    x: T.Buffer((64, 200), "float32"), T_softmax_norm: T.Buffer((64, 200), "float32")
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
-    # with T.sblock("root"):
-    T_softmax_maxelem = T.sblock_alloc_buffer((64,))
-    T_softmax_exp = T.sblock_alloc_buffer((64, 200))
-    T_softmax_expsum = T.sblock_alloc_buffer((64,))
-    T_softmax_maxelem_rf = T.sblock_alloc_buffer((8, 64))
-    T_softmax_expsum_rf = T.sblock_alloc_buffer((8, 64))
-    for ax0 in T.parallel(64):
-        for ax1 in range(1):
-            for ax0_init in T.vectorized(8):
-                with T.sblock("T_softmax_maxelem_rf_init"):
-                    vax1_1 = T.axis.spatial(8, ax0_init)
-                    v0 = T.axis.spatial(64, ax0 + ax1)
-                    T.reads()
-                    T.writes(T_softmax_maxelem_rf[vax1_1, v0])
-                    T_softmax_maxelem_rf[vax1_1, v0] = T.float32(
-                        -340282346638528859811704183484516925440.0
-                    )
-            for ax2 in range(25):
-                for ax0_1 in T.vectorized(8):
-                    with T.sblock("T_softmax_maxelem_rf_update"):
-                        vax1_1 = T.axis.spatial(8, ax0_1)
-                        v0 = T.axis.spatial(64, ax0 + ax1)
-                        vax1_0 = T.axis.reduce(25, ax2)
-                        T.reads(T_softmax_maxelem_rf[vax1_1, v0], x[v0, vax1_0 * 8 + vax1_1])
+    @T.prim_func(s_tir=True, private=True)
+    def expected(x: T.Buffer((128, 64), "float32"), T_softmax_norm: T.Buffer((128, 64), "float32")):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
+        # with T.sblock("root"):
+        T_softmax_maxelem = T.sblock_alloc_buffer((128,))
+        T_softmax_exp = T.sblock_alloc_buffer((128, 64))
+        T_softmax_expsum = T.sblock_alloc_buffer((128,))
+        T_softmax_maxelem_rf = T.sblock_alloc_buffer((16, 128))
+        T_softmax_expsum_rf = T.sblock_alloc_buffer((16, 128))
+        for ax0 in T.parallel(128):
+            for ax1 in range(1):
+                for ax0_init in T.vectorized(16):
+                    with T.sblock("T_softmax_maxelem_rf_init"):
+                        vax1_1 = T.axis.spatial(16, ax0_init)
+                        v0 = T.axis.spatial(128, ax0 + ax1)
+                        T.reads()
                         T.writes(T_softmax_maxelem_rf[vax1_1, v0])
-                        T_softmax_maxelem_rf[vax1_1, v0] = T.max(
-                            T_softmax_maxelem_rf[vax1_1, v0], x[v0, vax1_0 * 8 + vax1_1]
+                        T_softmax_maxelem_rf[vax1_1, v0] = T.float32(
+                            -340282346638528859811704183484516925440.0
                         )
-        for ax0_1, ax1 in T.grid(8, 1):
-            with T.sblock("T_softmax_maxelem"):
-                vax1_1 = T.axis.reduce(8, ax0_1)
-                v0 = T.axis.spatial(64, ax0 + ax1)
-                T.reads(T_softmax_maxelem_rf[vax1_1, v0])
-                T.writes(T_softmax_maxelem[v0])
-                with T.init():
-                    T_softmax_maxelem[v0] = T.float32(-340282346638528859811704183484516925440.0)
-                T_softmax_maxelem[v0] = T.max(
-                    T_softmax_maxelem[v0], T_softmax_maxelem_rf[vax1_1, v0]
-                )
-        for ax0_ax1_fused_0 in range(25):
-            for ax0_ax1_fused_1 in T.vectorized(8):
+                for ax2 in range(4):
+                    for ax0_1 in T.vectorized(16):
+                        with T.sblock("T_softmax_maxelem_rf_update"):
+                            vax1_1 = T.axis.spatial(16, ax0_1)
+                            v0 = T.axis.spatial(128, ax0 + ax1)
+                            vax1_0 = T.axis.reduce(4, ax2)
+                            T.reads(T_softmax_maxelem_rf[vax1_1, v0], x[v0, vax1_0 * 16 + vax1_1])
+                            T.writes(T_softmax_maxelem_rf[vax1_1, v0])
+                            T_softmax_maxelem_rf[vax1_1, v0] = T.max(
+                                T_softmax_maxelem_rf[vax1_1, v0], x[v0, vax1_0 * 16 + vax1_1]
+                            )
+            for ax0_1, ax1 in T.grid(16, 1):
+                with T.sblock("T_softmax_maxelem"):
+                    vax1_1 = T.axis.reduce(16, ax0_1)
+                    v0 = T.axis.spatial(128, ax0 + ax1)
+                    T.reads(T_softmax_maxelem_rf[vax1_1, v0])
+                    T.writes(T_softmax_maxelem[v0])
+                    with T.init():
+                        T_softmax_maxelem[v0] = T.float32(
+                            -340282346638528859811704183484516925440.0
+                        )
+                    T_softmax_maxelem[v0] = T.max(
+                        T_softmax_maxelem[v0], T_softmax_maxelem_rf[vax1_1, v0]
+                    )
+            for ax0_ax1_fused in T.vectorized(64):
                 with T.sblock("T_softmax_exp"):
-                    v0 = T.axis.spatial(64, ax0)
-                    v1 = T.axis.spatial(200, ax0_ax1_fused_0 * 8 + ax0_ax1_fused_1)
+                    v0, v1 = T.axis.remap("SS", [ax0, ax0_ax1_fused])
                     T.reads(x[v0, v1], T_softmax_maxelem[v0])
                     T.writes(T_softmax_exp[v0, v1])
                     T_softmax_exp[v0, v1] = T.exp(x[v0, v1] - T_softmax_maxelem[v0])
-        for ax1 in range(1):
-            for ax0_init in T.vectorized(8):
-                with T.sblock("T_softmax_expsum_rf_init"):
-                    vax1_1 = T.axis.spatial(8, ax0_init)
-                    v0 = T.axis.spatial(64, ax0 + ax1)
-                    T.reads()
-                    T.writes(T_softmax_expsum_rf[vax1_1, v0])
-                    T_softmax_expsum_rf[vax1_1, v0] = T.float32(0.0)
-            for ax2 in range(25):
-                for ax0_1 in T.vectorized(8):
-                    with T.sblock("T_softmax_expsum_rf_update"):
-                        vax1_1 = T.axis.spatial(8, ax0_1)
-                        v0 = T.axis.spatial(64, ax0 + ax1)
-                        vax1_0 = T.axis.reduce(25, ax2)
-                        T.reads(
-                            T_softmax_expsum_rf[vax1_1, v0], T_softmax_exp[v0, vax1_0 * 8 + vax1_1]
-                        )
+            for ax1 in range(1):
+                for ax0_init in T.vectorized(16):
+                    with T.sblock("T_softmax_expsum_rf_init"):
+                        vax1_1 = T.axis.spatial(16, ax0_init)
+                        v0 = T.axis.spatial(128, ax0 + ax1)
+                        T.reads()
                         T.writes(T_softmax_expsum_rf[vax1_1, v0])
-                        T_softmax_expsum_rf[vax1_1, v0] = (
-                            T_softmax_expsum_rf[vax1_1, v0] + T_softmax_exp[v0, vax1_0 * 8 + vax1_1]
-                        )
-        for ax0_1, ax1 in T.grid(8, 1):
-            with T.sblock("T_softmax_expsum"):
-                vax1_1 = T.axis.reduce(8, ax0_1)
-                v0 = T.axis.spatial(64, ax0 + ax1)
-                T.reads(T_softmax_expsum_rf[vax1_1, v0])
-                T.writes(T_softmax_expsum[v0])
-                with T.init():
-                    T_softmax_expsum[v0] = T.float32(0.0)
-                T_softmax_expsum[v0] = T_softmax_expsum[v0] + T_softmax_expsum_rf[vax1_1, v0]
-        for ax1_0 in range(25):
-            for ax1_1 in T.vectorized(8):
+                        T_softmax_expsum_rf[vax1_1, v0] = T.float32(0.0)
+                for ax2 in range(4):
+                    for ax0_1 in T.vectorized(16):
+                        with T.sblock("T_softmax_expsum_rf_update"):
+                            vax1_1 = T.axis.spatial(16, ax0_1)
+                            v0 = T.axis.spatial(128, ax0 + ax1)
+                            vax1_0 = T.axis.reduce(4, ax2)
+                            T.reads(
+                                T_softmax_expsum_rf[vax1_1, v0],
+                                T_softmax_exp[v0, vax1_0 * 16 + vax1_1],
+                            )
+                            T.writes(T_softmax_expsum_rf[vax1_1, v0])
+                            T_softmax_expsum_rf[vax1_1, v0] = (
+                                T_softmax_expsum_rf[vax1_1, v0]
+                                + T_softmax_exp[v0, vax1_0 * 16 + vax1_1]
+                            )
+            for ax0_1, ax1 in T.grid(16, 1):
+                with T.sblock("T_softmax_expsum"):
+                    vax1_1 = T.axis.reduce(16, ax0_1)
+                    v0 = T.axis.spatial(128, ax0 + ax1)
+                    T.reads(T_softmax_expsum_rf[vax1_1, v0])
+                    T.writes(T_softmax_expsum[v0])
+                    with T.init():
+                        T_softmax_expsum[v0] = T.float32(0.0)
+                    T_softmax_expsum[v0] = T_softmax_expsum[v0] + T_softmax_expsum_rf[vax1_1, v0]
+            for ax1 in T.vectorized(64):
                 with T.sblock("T_softmax_norm"):
-                    v0 = T.axis.spatial(64, ax0)
-                    v1 = T.axis.spatial(200, ax1_0 * 8 + ax1_1)
+                    v0, v1 = T.axis.remap("SS", [ax0, ax1])
                     T.reads(T_softmax_exp[v0, v1], T_softmax_expsum[v0])
                     T.writes(T_softmax_norm[v0, v1])
                     T.sblock_attr({"axis": 1})
                     T_softmax_norm[v0, v1] = T_softmax_exp[v0, v1] / T_softmax_expsum[v0]
 
-
-def test_schedule_128x64():
-    # one row per parallel task: max and sum as 16-lane partial results (rfactor, vectorized)
-    # then across them, exp and the normalization vectorized along the 64-wide row
-    check(RowReductions(), before_128x64, expected_128x64)
+    check(RowReductions(), before, expected)
 
 
 def test_schedule_64x200():
     # one row per parallel task; 200 has no multiple of 16 lanes: max and sum as 8-lane
     # partial results over 25 steps, then across them; exp and normalization in 25 x 8 lanes
-    check(RowReductions(), before_64x200, expected_64x200)
+    @T.prim_func(s_tir=True, private=True)
+    def before(x: T.Buffer((64, 200), "float32"), T_softmax_norm: T.Buffer((64, 200), "float32")):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
+        # with T.sblock("root"):
+        T_softmax_maxelem = T.sblock_alloc_buffer((64,))
+        T_softmax_exp = T.sblock_alloc_buffer((64, 200))
+        T_softmax_expsum = T.sblock_alloc_buffer((64,))
+        for i0, k in T.grid(64, 200):
+            with T.sblock("T_softmax_maxelem"):
+                v_i0, v_k = T.axis.remap("SR", [i0, k])
+                T.reads(x[v_i0, v_k])
+                T.writes(T_softmax_maxelem[v_i0])
+                with T.init():
+                    T_softmax_maxelem[v_i0] = T.float32(-340282346638528859811704183484516925440.0)
+                T_softmax_maxelem[v_i0] = T.max(T_softmax_maxelem[v_i0], x[v_i0, v_k])
+        for i0, i1 in T.grid(64, 200):
+            with T.sblock("T_softmax_exp"):
+                v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
+                T.reads(x[v_i0, v_i1], T_softmax_maxelem[v_i0])
+                T.writes(T_softmax_exp[v_i0, v_i1])
+                T_softmax_exp[v_i0, v_i1] = T.exp(x[v_i0, v_i1] - T_softmax_maxelem[v_i0])
+        for i0, k in T.grid(64, 200):
+            with T.sblock("T_softmax_expsum"):
+                v_i0, v_k = T.axis.remap("SR", [i0, k])
+                T.reads(T_softmax_exp[v_i0, v_k])
+                T.writes(T_softmax_expsum[v_i0])
+                with T.init():
+                    T_softmax_expsum[v_i0] = T.float32(0.0)
+                T_softmax_expsum[v_i0] = T_softmax_expsum[v_i0] + T_softmax_exp[v_i0, v_k]
+        for i0, i1 in T.grid(64, 200):
+            with T.sblock("T_softmax_norm"):
+                v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
+                T.reads(T_softmax_exp[v_i0, v_i1], T_softmax_expsum[v_i0])
+                T.writes(T_softmax_norm[v_i0, v_i1])
+                T.sblock_attr({"axis": 1})
+                T_softmax_norm[v_i0, v_i1] = T_softmax_exp[v_i0, v_i1] / T_softmax_expsum[v_i0]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(x: T.Buffer((64, 200), "float32"), T_softmax_norm: T.Buffer((64, 200), "float32")):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
+        # with T.sblock("root"):
+        T_softmax_maxelem = T.sblock_alloc_buffer((64,))
+        T_softmax_exp = T.sblock_alloc_buffer((64, 200))
+        T_softmax_expsum = T.sblock_alloc_buffer((64,))
+        T_softmax_maxelem_rf = T.sblock_alloc_buffer((8, 64))
+        T_softmax_expsum_rf = T.sblock_alloc_buffer((8, 64))
+        for ax0 in T.parallel(64):
+            for ax1 in range(1):
+                for ax0_init in T.vectorized(8):
+                    with T.sblock("T_softmax_maxelem_rf_init"):
+                        vax1_1 = T.axis.spatial(8, ax0_init)
+                        v0 = T.axis.spatial(64, ax0 + ax1)
+                        T.reads()
+                        T.writes(T_softmax_maxelem_rf[vax1_1, v0])
+                        T_softmax_maxelem_rf[vax1_1, v0] = T.float32(
+                            -340282346638528859811704183484516925440.0
+                        )
+                for ax2 in range(25):
+                    for ax0_1 in T.vectorized(8):
+                        with T.sblock("T_softmax_maxelem_rf_update"):
+                            vax1_1 = T.axis.spatial(8, ax0_1)
+                            v0 = T.axis.spatial(64, ax0 + ax1)
+                            vax1_0 = T.axis.reduce(25, ax2)
+                            T.reads(T_softmax_maxelem_rf[vax1_1, v0], x[v0, vax1_0 * 8 + vax1_1])
+                            T.writes(T_softmax_maxelem_rf[vax1_1, v0])
+                            T_softmax_maxelem_rf[vax1_1, v0] = T.max(
+                                T_softmax_maxelem_rf[vax1_1, v0], x[v0, vax1_0 * 8 + vax1_1]
+                            )
+            for ax0_1, ax1 in T.grid(8, 1):
+                with T.sblock("T_softmax_maxelem"):
+                    vax1_1 = T.axis.reduce(8, ax0_1)
+                    v0 = T.axis.spatial(64, ax0 + ax1)
+                    T.reads(T_softmax_maxelem_rf[vax1_1, v0])
+                    T.writes(T_softmax_maxelem[v0])
+                    with T.init():
+                        T_softmax_maxelem[v0] = T.float32(
+                            -340282346638528859811704183484516925440.0
+                        )
+                    T_softmax_maxelem[v0] = T.max(
+                        T_softmax_maxelem[v0], T_softmax_maxelem_rf[vax1_1, v0]
+                    )
+            for ax0_ax1_fused_0 in range(25):
+                for ax0_ax1_fused_1 in T.vectorized(8):
+                    with T.sblock("T_softmax_exp"):
+                        v0 = T.axis.spatial(64, ax0)
+                        v1 = T.axis.spatial(200, ax0_ax1_fused_0 * 8 + ax0_ax1_fused_1)
+                        T.reads(x[v0, v1], T_softmax_maxelem[v0])
+                        T.writes(T_softmax_exp[v0, v1])
+                        T_softmax_exp[v0, v1] = T.exp(x[v0, v1] - T_softmax_maxelem[v0])
+            for ax1 in range(1):
+                for ax0_init in T.vectorized(8):
+                    with T.sblock("T_softmax_expsum_rf_init"):
+                        vax1_1 = T.axis.spatial(8, ax0_init)
+                        v0 = T.axis.spatial(64, ax0 + ax1)
+                        T.reads()
+                        T.writes(T_softmax_expsum_rf[vax1_1, v0])
+                        T_softmax_expsum_rf[vax1_1, v0] = T.float32(0.0)
+                for ax2 in range(25):
+                    for ax0_1 in T.vectorized(8):
+                        with T.sblock("T_softmax_expsum_rf_update"):
+                            vax1_1 = T.axis.spatial(8, ax0_1)
+                            v0 = T.axis.spatial(64, ax0 + ax1)
+                            vax1_0 = T.axis.reduce(25, ax2)
+                            T.reads(
+                                T_softmax_expsum_rf[vax1_1, v0],
+                                T_softmax_exp[v0, vax1_0 * 8 + vax1_1],
+                            )
+                            T.writes(T_softmax_expsum_rf[vax1_1, v0])
+                            T_softmax_expsum_rf[vax1_1, v0] = (
+                                T_softmax_expsum_rf[vax1_1, v0]
+                                + T_softmax_exp[v0, vax1_0 * 8 + vax1_1]
+                            )
+            for ax0_1, ax1 in T.grid(8, 1):
+                with T.sblock("T_softmax_expsum"):
+                    vax1_1 = T.axis.reduce(8, ax0_1)
+                    v0 = T.axis.spatial(64, ax0 + ax1)
+                    T.reads(T_softmax_expsum_rf[vax1_1, v0])
+                    T.writes(T_softmax_expsum[v0])
+                    with T.init():
+                        T_softmax_expsum[v0] = T.float32(0.0)
+                    T_softmax_expsum[v0] = T_softmax_expsum[v0] + T_softmax_expsum_rf[vax1_1, v0]
+            for ax1_0 in range(25):
+                for ax1_1 in T.vectorized(8):
+                    with T.sblock("T_softmax_norm"):
+                        v0 = T.axis.spatial(64, ax0)
+                        v1 = T.axis.spatial(200, ax1_0 * 8 + ax1_1)
+                        T.reads(T_softmax_exp[v0, v1], T_softmax_expsum[v0])
+                        T.writes(T_softmax_norm[v0, v1])
+                        T.sblock_attr({"axis": 1})
+                        T_softmax_norm[v0, v1] = T_softmax_exp[v0, v1] / T_softmax_expsum[v0]
+
+    check(RowReductions(), before, expected)
 
 
 def test_declines_no_reduction():

@@ -17,129 +17,125 @@ from tests.helpers.schedules import check, declines, gemv
 # the schedules: the kernel before, the schedule expected
 
 
-@T.prim_func(s_tir=True, private=True)
-def before_1024(
-    x: T.Buffer((1, 1024), "float32"),
-    w: T.Buffer((1024, 1024), "float32"),
-    T_matmul: T.Buffer((1, 1024), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
-    # with T.sblock("root"):
-    for ax0, ax1, k in T.grid(1, 1024, 1024):
-        with T.sblock("T_matmul"):
-            v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
-            T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
-            T.writes(T_matmul[v_ax0, v_ax1])
-            with T.init():
-                T_matmul[v_ax0, v_ax1] = T.float32(0.0)
-            T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_1024(
-    x: T.Buffer((1, 1024), "float32"),
-    w: T.Buffer((1024, 1024), "float32"),
-    T_matmul: T.Buffer((1, 1024), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
-    # with T.sblock("root"):
-    T_matmul_rf = T.sblock_alloc_buffer((8, 1, 1024))
-    for ax1_0 in T.parallel(8):
-        for ax0_init in range(1024):
-            with T.sblock("T_matmul_rf_init"):
-                vax1_0, v0 = T.axis.remap("SS", [ax1_0, ax0_init])
-                T.reads()
-                T.writes(T_matmul_rf[vax1_0, 0, v0])
-                T_matmul_rf[vax1_0, 0, v0] = T.float32(0.0)
-        for ax1_1, ax0 in T.grid(128, 1024):
-            with T.sblock("T_matmul_rf_update"):
-                vax1_0, v0, vax1_1 = T.axis.remap("SSR", [ax1_0, ax0, ax1_1])
-                T.reads(
-                    T_matmul_rf[vax1_0, 0, v0],
-                    x[0, vax1_0 * 128 + vax1_1],
-                    w[vax1_0 * 128 + vax1_1, v0],
-                )
-                T.writes(T_matmul_rf[vax1_0, 0, v0])
-                T_matmul_rf[vax1_0, 0, v0] = (
-                    T_matmul_rf[vax1_0, 0, v0]
-                    + x[0, vax1_0 * 128 + vax1_1] * w[vax1_0 * 128 + vax1_1, v0]
-                )
-    for ax0, ax1_0 in T.grid(1024, 8):
-        with T.sblock("T_matmul"):
-            vax1_0, v0 = T.axis.remap("RS", [ax1_0, ax0])
-            T.reads(T_matmul_rf[vax1_0, 0, v0])
-            T.writes(T_matmul[0, v0])
-            with T.init():
-                T_matmul[0, v0] = T.float32(0.0)
-            T_matmul[0, v0] = T_matmul[0, v0] + T_matmul_rf[vax1_0, 0, v0]
-
-
-@T.prim_func(s_tir=True, private=True)
-def before_2048(
-    x: T.Buffer((1, 2048), "float32"),
-    w: T.Buffer((2048, 2048), "float32"),
-    T_matmul: T.Buffer((1, 2048), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
-    # with T.sblock("root"):
-    for ax0, ax1, k in T.grid(1, 2048, 2048):
-        with T.sblock("T_matmul"):
-            v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
-            T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
-            T.writes(T_matmul[v_ax0, v_ax1])
-            with T.init():
-                T_matmul[v_ax0, v_ax1] = T.float32(0.0)
-            T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_2048(
-    x: T.Buffer((1, 2048), "float32"),
-    w: T.Buffer((2048, 2048), "float32"),
-    T_matmul: T.Buffer((1, 2048), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
-    # with T.sblock("root"):
-    T_matmul_rf = T.sblock_alloc_buffer((8, 1, 2048))
-    for ax1_0 in T.parallel(8):
-        for ax0_init in range(2048):
-            with T.sblock("T_matmul_rf_init"):
-                vax1_0, v0 = T.axis.remap("SS", [ax1_0, ax0_init])
-                T.reads()
-                T.writes(T_matmul_rf[vax1_0, 0, v0])
-                T_matmul_rf[vax1_0, 0, v0] = T.float32(0.0)
-        for ax1_1, ax0 in T.grid(256, 2048):
-            with T.sblock("T_matmul_rf_update"):
-                vax1_0, v0, vax1_1 = T.axis.remap("SSR", [ax1_0, ax0, ax1_1])
-                T.reads(
-                    T_matmul_rf[vax1_0, 0, v0],
-                    x[0, vax1_0 * 256 + vax1_1],
-                    w[vax1_0 * 256 + vax1_1, v0],
-                )
-                T.writes(T_matmul_rf[vax1_0, 0, v0])
-                T_matmul_rf[vax1_0, 0, v0] = (
-                    T_matmul_rf[vax1_0, 0, v0]
-                    + x[0, vax1_0 * 256 + vax1_1] * w[vax1_0 * 256 + vax1_1, v0]
-                )
-    for ax0, ax1_0 in T.grid(2048, 8):
-        with T.sblock("T_matmul"):
-            vax1_0, v0 = T.axis.remap("RS", [ax1_0, ax0])
-            T.reads(T_matmul_rf[vax1_0, 0, v0])
-            T.writes(T_matmul[0, v0])
-            with T.init():
-                T_matmul[0, v0] = T.float32(0.0)
-            T_matmul[0, v0] = T_matmul[0, v0] + T_matmul_rf[vax1_0, 0, v0]
-
-
 def test_schedule_1024():
     # the 1024 reduction in 8 parallel slices (rfactor), each streaming its 128 weight rows
     # into a partial output row; the 8 partials added after
-    check(SplitKGemv(), before_1024, expected_1024)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((1, 1024), "float32"),
+        w: T.Buffer((1024, 1024), "float32"),
+        T_matmul: T.Buffer((1, 1024), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
+        # with T.sblock("root"):
+        for ax0, ax1, k in T.grid(1, 1024, 1024):
+            with T.sblock("T_matmul"):
+                v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
+                T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
+                T.writes(T_matmul[v_ax0, v_ax1])
+                with T.init():
+                    T_matmul[v_ax0, v_ax1] = T.float32(0.0)
+                T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((1, 1024), "float32"),
+        w: T.Buffer((1024, 1024), "float32"),
+        T_matmul: T.Buffer((1, 1024), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
+        # with T.sblock("root"):
+        T_matmul_rf = T.sblock_alloc_buffer((8, 1, 1024))
+        for ax1_0 in T.parallel(8):
+            for ax0_init in range(1024):
+                with T.sblock("T_matmul_rf_init"):
+                    vax1_0, v0 = T.axis.remap("SS", [ax1_0, ax0_init])
+                    T.reads()
+                    T.writes(T_matmul_rf[vax1_0, 0, v0])
+                    T_matmul_rf[vax1_0, 0, v0] = T.float32(0.0)
+            for ax1_1, ax0 in T.grid(128, 1024):
+                with T.sblock("T_matmul_rf_update"):
+                    vax1_0, v0, vax1_1 = T.axis.remap("SSR", [ax1_0, ax0, ax1_1])
+                    T.reads(
+                        T_matmul_rf[vax1_0, 0, v0],
+                        x[0, vax1_0 * 128 + vax1_1],
+                        w[vax1_0 * 128 + vax1_1, v0],
+                    )
+                    T.writes(T_matmul_rf[vax1_0, 0, v0])
+                    T_matmul_rf[vax1_0, 0, v0] = (
+                        T_matmul_rf[vax1_0, 0, v0]
+                        + x[0, vax1_0 * 128 + vax1_1] * w[vax1_0 * 128 + vax1_1, v0]
+                    )
+        for ax0, ax1_0 in T.grid(1024, 8):
+            with T.sblock("T_matmul"):
+                vax1_0, v0 = T.axis.remap("RS", [ax1_0, ax0])
+                T.reads(T_matmul_rf[vax1_0, 0, v0])
+                T.writes(T_matmul[0, v0])
+                with T.init():
+                    T_matmul[0, v0] = T.float32(0.0)
+                T_matmul[0, v0] = T_matmul[0, v0] + T_matmul_rf[vax1_0, 0, v0]
+
+    check(SplitKGemv(), before, expected)
 
 
 def test_schedule_2048():
     # the 2048 reduction in 8 parallel slices of 256 weight rows, the partials added after
-    check(SplitKGemv(), before_2048, expected_2048)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((1, 2048), "float32"),
+        w: T.Buffer((2048, 2048), "float32"),
+        T_matmul: T.Buffer((1, 2048), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
+        # with T.sblock("root"):
+        for ax0, ax1, k in T.grid(1, 2048, 2048):
+            with T.sblock("T_matmul"):
+                v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
+                T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
+                T.writes(T_matmul[v_ax0, v_ax1])
+                with T.init():
+                    T_matmul[v_ax0, v_ax1] = T.float32(0.0)
+                T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((1, 2048), "float32"),
+        w: T.Buffer((2048, 2048), "float32"),
+        T_matmul: T.Buffer((1, 2048), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
+        # with T.sblock("root"):
+        T_matmul_rf = T.sblock_alloc_buffer((8, 1, 2048))
+        for ax1_0 in T.parallel(8):
+            for ax0_init in range(2048):
+                with T.sblock("T_matmul_rf_init"):
+                    vax1_0, v0 = T.axis.remap("SS", [ax1_0, ax0_init])
+                    T.reads()
+                    T.writes(T_matmul_rf[vax1_0, 0, v0])
+                    T_matmul_rf[vax1_0, 0, v0] = T.float32(0.0)
+            for ax1_1, ax0 in T.grid(256, 2048):
+                with T.sblock("T_matmul_rf_update"):
+                    vax1_0, v0, vax1_1 = T.axis.remap("SSR", [ax1_0, ax0, ax1_1])
+                    T.reads(
+                        T_matmul_rf[vax1_0, 0, v0],
+                        x[0, vax1_0 * 256 + vax1_1],
+                        w[vax1_0 * 256 + vax1_1, v0],
+                    )
+                    T.writes(T_matmul_rf[vax1_0, 0, v0])
+                    T_matmul_rf[vax1_0, 0, v0] = (
+                        T_matmul_rf[vax1_0, 0, v0]
+                        + x[0, vax1_0 * 256 + vax1_1] * w[vax1_0 * 256 + vax1_1, v0]
+                    )
+        for ax0, ax1_0 in T.grid(2048, 8):
+            with T.sblock("T_matmul"):
+                vax1_0, v0 = T.axis.remap("RS", [ax1_0, ax0])
+                T.reads(T_matmul_rf[vax1_0, 0, v0])
+                T.writes(T_matmul[0, v0])
+                with T.init():
+                    T_matmul[0, v0] = T.float32(0.0)
+                T_matmul[0, v0] = T_matmul[0, v0] + T_matmul_rf[vax1_0, 0, v0]
+
+    check(SplitKGemv(), before, expected)
 
 
 def test_declines_a_small_weight():

@@ -17,148 +17,144 @@ from tests.helpers.schedules import check, declines, matmul_bias
 # the schedules: the kernel before, the schedule expected
 
 
-@T.prim_func(s_tir=True, private=True)
-def before_32x8x32(
-    x: T.Buffer((32, 8), "float32"),
-    w: T.Buffer((8, 32), "float32"),
-    z: T.Buffer((32,), "float32"),
-    T_add: T.Buffer((32, 32), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul", "add"]})
-    # with T.sblock("root"):
-    T_matmul = T.sblock_alloc_buffer((32, 32))
-    for ax0, ax1, k in T.grid(32, 32, 8):
-        with T.sblock("T_matmul"):
-            v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
-            T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
-            T.writes(T_matmul[v_ax0, v_ax1])
-            with T.init():
-                T_matmul[v_ax0, v_ax1] = T.float32(0.0)
-            T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
-    for ax0, ax1 in T.grid(32, 32):
-        with T.sblock("T_add"):
-            v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
-            T.reads(T_matmul[v_ax0, v_ax1], z[v_ax1])
-            T.writes(T_add[v_ax0, v_ax1])
-            T_add[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + z[v_ax1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_32x8x32(
-    x: T.Buffer((32, 8), "float32"),
-    w: T.Buffer((8, 32), "float32"),
-    z: T.Buffer((32,), "float32"),
-    T_add: T.Buffer((32, 32), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul", "add"]})
-    # with T.sblock("root"):
-    T_matmul = T.sblock_alloc_buffer((32, 32))
-    for ax0_0 in T.parallel(2):
-        for ax1_0 in range(2):
-            for ax0_1_init in T.unroll(16):
-                for ax1_1_init in T.vectorized(16):
-                    with T.sblock("T_matmul_init"):
-                        v0 = T.axis.spatial(32, ax0_0 * 16 + ax0_1_init)
-                        v1 = T.axis.spatial(32, ax1_0 * 16 + ax1_1_init)
-                        T.reads()
-                        T.writes(T_matmul[v0, v1])
-                        T_matmul[v0, v1] = T.float32(0.0)
-            for ax2 in range(8):
-                for ax0_1 in T.unroll(16):
-                    for ax1_1 in T.vectorized(16):
-                        with T.sblock("T_matmul_update"):
-                            v0 = T.axis.spatial(32, ax0_0 * 16 + ax0_1)
-                            v1 = T.axis.spatial(32, ax1_0 * 16 + ax1_1)
-                            v2 = T.axis.reduce(8, ax2)
-                            T.reads(T_matmul[v0, v1], x[v0, v2], w[v2, v1])
-                            T.writes(T_matmul[v0, v1])
-                            T_matmul[v0, v1] = T_matmul[v0, v1] + x[v0, v2] * w[v2, v1]
-            for ax0 in range(16):
-                for ax1 in T.vectorized(16):
-                    with T.sblock("T_add"):
-                        v0 = T.axis.spatial(32, ax0_0 * 16 + ax0)
-                        v1 = T.axis.spatial(32, ax1_0 * 16 + ax1)
-                        T.reads(T_matmul[v0, v1], z[v1])
-                        T.writes(T_add[v0, v1])
-                        T_add[v0, v1] = T_matmul[v0, v1] + z[v1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def before_48x16x64(
-    x: T.Buffer((48, 16), "float32"),
-    w: T.Buffer((16, 64), "float32"),
-    z: T.Buffer((64,), "float32"),
-    T_add: T.Buffer((48, 64), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul", "add"]})
-    # with T.sblock("root"):
-    T_matmul = T.sblock_alloc_buffer((48, 64))
-    for ax0, ax1, k in T.grid(48, 64, 16):
-        with T.sblock("T_matmul"):
-            v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
-            T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
-            T.writes(T_matmul[v_ax0, v_ax1])
-            with T.init():
-                T_matmul[v_ax0, v_ax1] = T.float32(0.0)
-            T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
-    for ax0, ax1 in T.grid(48, 64):
-        with T.sblock("T_add"):
-            v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
-            T.reads(T_matmul[v_ax0, v_ax1], z[v_ax1])
-            T.writes(T_add[v_ax0, v_ax1])
-            T_add[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + z[v_ax1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_48x16x64(
-    x: T.Buffer((48, 16), "float32"),
-    w: T.Buffer((16, 64), "float32"),
-    z: T.Buffer((64,), "float32"),
-    T_add: T.Buffer((48, 64), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul", "add"]})
-    # with T.sblock("root"):
-    T_matmul = T.sblock_alloc_buffer((48, 64))
-    for ax0_0 in T.parallel(3):
-        for ax1_0 in range(4):
-            for ax0_1_init in T.unroll(16):
-                for ax1_1_init in T.vectorized(16):
-                    with T.sblock("T_matmul_init"):
-                        v0 = T.axis.spatial(48, ax0_0 * 16 + ax0_1_init)
-                        v1 = T.axis.spatial(64, ax1_0 * 16 + ax1_1_init)
-                        T.reads()
-                        T.writes(T_matmul[v0, v1])
-                        T_matmul[v0, v1] = T.float32(0.0)
-            for ax2 in range(16):
-                for ax0_1 in T.unroll(16):
-                    for ax1_1 in T.vectorized(16):
-                        with T.sblock("T_matmul_update"):
-                            v0 = T.axis.spatial(48, ax0_0 * 16 + ax0_1)
-                            v1 = T.axis.spatial(64, ax1_0 * 16 + ax1_1)
-                            v2 = T.axis.reduce(16, ax2)
-                            T.reads(T_matmul[v0, v1], x[v0, v2], w[v2, v1])
-                            T.writes(T_matmul[v0, v1])
-                            T_matmul[v0, v1] = T_matmul[v0, v1] + x[v0, v2] * w[v2, v1]
-            for ax0 in range(16):
-                for ax1 in T.vectorized(16):
-                    with T.sblock("T_add"):
-                        v0 = T.axis.spatial(48, ax0_0 * 16 + ax0)
-                        v1 = T.axis.spatial(64, ax1_0 * 16 + ax1)
-                        T.reads(T_matmul[v0, v1], z[v1])
-                        T.writes(T_add[v0, v1])
-                        T_add[v0, v1] = T_matmul[v0, v1] + z[v1]
-
-
 def test_schedule_32x8x32():
     # 16 rows x 16 lanes register tiles: the 2 row tiles parallel, the columns' 2 tiles
     # inside, reduction, rows unrolled, lanes vectorized; the bias computed per tile
-    check(Tiled(), before_32x8x32, expected_32x8x32)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((32, 8), "float32"),
+        w: T.Buffer((8, 32), "float32"),
+        z: T.Buffer((32,), "float32"),
+        T_add: T.Buffer((32, 32), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul", "add"]})
+        # with T.sblock("root"):
+        T_matmul = T.sblock_alloc_buffer((32, 32))
+        for ax0, ax1, k in T.grid(32, 32, 8):
+            with T.sblock("T_matmul"):
+                v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
+                T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
+                T.writes(T_matmul[v_ax0, v_ax1])
+                with T.init():
+                    T_matmul[v_ax0, v_ax1] = T.float32(0.0)
+                T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
+        for ax0, ax1 in T.grid(32, 32):
+            with T.sblock("T_add"):
+                v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
+                T.reads(T_matmul[v_ax0, v_ax1], z[v_ax1])
+                T.writes(T_add[v_ax0, v_ax1])
+                T_add[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + z[v_ax1]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((32, 8), "float32"),
+        w: T.Buffer((8, 32), "float32"),
+        z: T.Buffer((32,), "float32"),
+        T_add: T.Buffer((32, 32), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul", "add"]})
+        # with T.sblock("root"):
+        T_matmul = T.sblock_alloc_buffer((32, 32))
+        for ax0_0 in T.parallel(2):
+            for ax1_0 in range(2):
+                for ax0_1_init in T.unroll(16):
+                    for ax1_1_init in T.vectorized(16):
+                        with T.sblock("T_matmul_init"):
+                            v0 = T.axis.spatial(32, ax0_0 * 16 + ax0_1_init)
+                            v1 = T.axis.spatial(32, ax1_0 * 16 + ax1_1_init)
+                            T.reads()
+                            T.writes(T_matmul[v0, v1])
+                            T_matmul[v0, v1] = T.float32(0.0)
+                for ax2 in range(8):
+                    for ax0_1 in T.unroll(16):
+                        for ax1_1 in T.vectorized(16):
+                            with T.sblock("T_matmul_update"):
+                                v0 = T.axis.spatial(32, ax0_0 * 16 + ax0_1)
+                                v1 = T.axis.spatial(32, ax1_0 * 16 + ax1_1)
+                                v2 = T.axis.reduce(8, ax2)
+                                T.reads(T_matmul[v0, v1], x[v0, v2], w[v2, v1])
+                                T.writes(T_matmul[v0, v1])
+                                T_matmul[v0, v1] = T_matmul[v0, v1] + x[v0, v2] * w[v2, v1]
+                for ax0 in range(16):
+                    for ax1 in T.vectorized(16):
+                        with T.sblock("T_add"):
+                            v0 = T.axis.spatial(32, ax0_0 * 16 + ax0)
+                            v1 = T.axis.spatial(32, ax1_0 * 16 + ax1)
+                            T.reads(T_matmul[v0, v1], z[v1])
+                            T.writes(T_add[v0, v1])
+                            T_add[v0, v1] = T_matmul[v0, v1] + z[v1]
+
+    check(Tiled(), before, expected)
 
 
 def test_schedule_48x16x64():
     # 16 x 16 register tiles: the 3 row tiles parallel, the columns' 4 tiles inside, over
     # the 16-long reduction; the bias per tile
-    check(Tiled(), before_48x16x64, expected_48x16x64)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((48, 16), "float32"),
+        w: T.Buffer((16, 64), "float32"),
+        z: T.Buffer((64,), "float32"),
+        T_add: T.Buffer((48, 64), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul", "add"]})
+        # with T.sblock("root"):
+        T_matmul = T.sblock_alloc_buffer((48, 64))
+        for ax0, ax1, k in T.grid(48, 64, 16):
+            with T.sblock("T_matmul"):
+                v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
+                T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
+                T.writes(T_matmul[v_ax0, v_ax1])
+                with T.init():
+                    T_matmul[v_ax0, v_ax1] = T.float32(0.0)
+                T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
+        for ax0, ax1 in T.grid(48, 64):
+            with T.sblock("T_add"):
+                v_ax0, v_ax1 = T.axis.remap("SS", [ax0, ax1])
+                T.reads(T_matmul[v_ax0, v_ax1], z[v_ax1])
+                T.writes(T_add[v_ax0, v_ax1])
+                T_add[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + z[v_ax1]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((48, 16), "float32"),
+        w: T.Buffer((16, 64), "float32"),
+        z: T.Buffer((64,), "float32"),
+        T_add: T.Buffer((48, 64), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul", "add"]})
+        # with T.sblock("root"):
+        T_matmul = T.sblock_alloc_buffer((48, 64))
+        for ax0_0 in T.parallel(3):
+            for ax1_0 in range(4):
+                for ax0_1_init in T.unroll(16):
+                    for ax1_1_init in T.vectorized(16):
+                        with T.sblock("T_matmul_init"):
+                            v0 = T.axis.spatial(48, ax0_0 * 16 + ax0_1_init)
+                            v1 = T.axis.spatial(64, ax1_0 * 16 + ax1_1_init)
+                            T.reads()
+                            T.writes(T_matmul[v0, v1])
+                            T_matmul[v0, v1] = T.float32(0.0)
+                for ax2 in range(16):
+                    for ax0_1 in T.unroll(16):
+                        for ax1_1 in T.vectorized(16):
+                            with T.sblock("T_matmul_update"):
+                                v0 = T.axis.spatial(48, ax0_0 * 16 + ax0_1)
+                                v1 = T.axis.spatial(64, ax1_0 * 16 + ax1_1)
+                                v2 = T.axis.reduce(16, ax2)
+                                T.reads(T_matmul[v0, v1], x[v0, v2], w[v2, v1])
+                                T.writes(T_matmul[v0, v1])
+                                T_matmul[v0, v1] = T_matmul[v0, v1] + x[v0, v2] * w[v2, v1]
+                for ax0 in range(16):
+                    for ax1 in T.vectorized(16):
+                        with T.sblock("T_add"):
+                            v0 = T.axis.spatial(48, ax0_0 * 16 + ax0)
+                            v1 = T.axis.spatial(64, ax1_0 * 16 + ax1)
+                            T.reads(T_matmul[v0, v1], z[v1])
+                            T.writes(T_add[v0, v1])
+                            T_add[v0, v1] = T_matmul[v0, v1] + z[v1]
+
+    check(Tiled(), before, expected)
 
 
 def test_declines_a_transposed_weight():

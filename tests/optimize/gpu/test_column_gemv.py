@@ -18,147 +18,143 @@ from tests.helpers.schedules import SM_90, check, declines, dense_row
 # the schedules: the kernel before, the schedule expected
 
 
-@T.prim_func(s_tir=True, private=True)
-def before_1024(
-    x: T.Buffer((1, 1024), "float32"),
-    w: T.Buffer((1024, 1024), "float32"),
-    T_matmul: T.Buffer((1, 1024), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
-    # with T.sblock("root"):
-    for ax0, ax1, k in T.grid(1, 1024, 1024):
-        with T.sblock("T_matmul"):
-            v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
-            T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
-            T.writes(T_matmul[v_ax0, v_ax1])
-            with T.init():
-                T_matmul[v_ax0, v_ax1] = T.float32(0.0)
-            T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_1024(
-    x: T.Buffer((1, 1024), "float32"),
-    w: T.Buffer((1024, 1024), "float32"),
-    T_matmul: T.Buffer((1, 1024), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
-    # with T.sblock("root"):
-    T_matmul_rf_local = T.sblock_alloc_buffer((64, 1, 1024), scope="local")
-    for ax0_fused_0 in T.thread_binding(128, thread="blockIdx.x"):
-        for ax0_fused_1 in T.thread_binding(8, thread="threadIdx.x"):
-            for ax1_fused_1 in T.thread_binding(64, thread="threadIdx.y"):
-                with T.sblock("T_matmul_rf_init"):
-                    vax1_fused_1 = T.axis.spatial(64, ax1_fused_1)
-                    v0 = T.axis.spatial(1024, ax0_fused_0 * 8 + ax0_fused_1)
-                    T.reads()
-                    T.writes(T_matmul_rf_local[vax1_fused_1, 0, v0])
-                    T_matmul_rf_local[vax1_fused_1, 0, v0] = T.float32(0.0)
-                for ax1_fused_0, u in T.grid(16, 1):  # noqa: B007
-                    with T.sblock("T_matmul_rf_update"):
-                        vax1_fused_1 = T.axis.spatial(64, ax1_fused_1)
-                        v0 = T.axis.spatial(1024, ax0_fused_0 * 8 + ax0_fused_1)
-                        vax1_fused_0 = T.axis.reduce(16, ax1_fused_0)
-                        T.reads(
-                            T_matmul_rf_local[vax1_fused_1, 0, v0],
-                            x[0, vax1_fused_0 * 64 + vax1_fused_1],
-                            w[vax1_fused_0 * 64 + vax1_fused_1, v0],
-                        )
-                        T.writes(T_matmul_rf_local[vax1_fused_1, 0, v0])
-                        T_matmul_rf_local[vax1_fused_1, 0, v0] = (
-                            T_matmul_rf_local[vax1_fused_1, 0, v0]
-                            + x[0, vax1_fused_0 * 64 + vax1_fused_1]
-                            * w[vax1_fused_0 * 64 + vax1_fused_1, v0]
-                        )
-        for ax1_fused in T.thread_binding(8, thread="threadIdx.x"):
-            for ax0 in T.thread_binding(64, thread="threadIdx.y"):
-                with T.sblock("T_matmul"):
-                    vax1_fused_1 = T.axis.reduce(64, ax0)
-                    v0 = T.axis.spatial(1024, ax0_fused_0 * 8 + ax1_fused)
-                    T.reads(T_matmul_rf_local[vax1_fused_1, 0, v0])
-                    T.writes(T_matmul[0, v0])
-                    with T.init():
-                        T_matmul[0, v0] = T.float32(0.0)
-                    T_matmul[0, v0] = T_matmul[0, v0] + T_matmul_rf_local[vax1_fused_1, 0, v0]
-
-
-@T.prim_func(s_tir=True, private=True)
-def before_2048(
-    x: T.Buffer((1, 2048), "float32"),
-    w: T.Buffer((2048, 2048), "float32"),
-    T_matmul: T.Buffer((1, 2048), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
-    # with T.sblock("root"):
-    for ax0, ax1, k in T.grid(1, 2048, 2048):
-        with T.sblock("T_matmul"):
-            v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
-            T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
-            T.writes(T_matmul[v_ax0, v_ax1])
-            with T.init():
-                T_matmul[v_ax0, v_ax1] = T.float32(0.0)
-            T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_2048(
-    x: T.Buffer((1, 2048), "float32"),
-    w: T.Buffer((2048, 2048), "float32"),
-    T_matmul: T.Buffer((1, 2048), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
-    # with T.sblock("root"):
-    T_matmul_rf_local = T.sblock_alloc_buffer((64, 1, 2048), scope="local")
-    for ax0_fused_0 in T.thread_binding(256, thread="blockIdx.x"):
-        for ax0_fused_1 in T.thread_binding(8, thread="threadIdx.x"):
-            for ax1_fused_1 in T.thread_binding(64, thread="threadIdx.y"):
-                with T.sblock("T_matmul_rf_init"):
-                    vax1_fused_1 = T.axis.spatial(64, ax1_fused_1)
-                    v0 = T.axis.spatial(2048, ax0_fused_0 * 8 + ax0_fused_1)
-                    T.reads()
-                    T.writes(T_matmul_rf_local[vax1_fused_1, 0, v0])
-                    T_matmul_rf_local[vax1_fused_1, 0, v0] = T.float32(0.0)
-                for ax1_fused_0, u in T.grid(32, 1):  # noqa: B007
-                    with T.sblock("T_matmul_rf_update"):
-                        vax1_fused_1 = T.axis.spatial(64, ax1_fused_1)
-                        v0 = T.axis.spatial(2048, ax0_fused_0 * 8 + ax0_fused_1)
-                        vax1_fused_0 = T.axis.reduce(32, ax1_fused_0)
-                        T.reads(
-                            T_matmul_rf_local[vax1_fused_1, 0, v0],
-                            x[0, vax1_fused_0 * 64 + vax1_fused_1],
-                            w[vax1_fused_0 * 64 + vax1_fused_1, v0],
-                        )
-                        T.writes(T_matmul_rf_local[vax1_fused_1, 0, v0])
-                        T_matmul_rf_local[vax1_fused_1, 0, v0] = (
-                            T_matmul_rf_local[vax1_fused_1, 0, v0]
-                            + x[0, vax1_fused_0 * 64 + vax1_fused_1]
-                            * w[vax1_fused_0 * 64 + vax1_fused_1, v0]
-                        )
-        for ax1_fused in T.thread_binding(8, thread="threadIdx.x"):
-            for ax0 in T.thread_binding(64, thread="threadIdx.y"):
-                with T.sblock("T_matmul"):
-                    vax1_fused_1 = T.axis.reduce(64, ax0)
-                    v0 = T.axis.spatial(2048, ax0_fused_0 * 8 + ax1_fused)
-                    T.reads(T_matmul_rf_local[vax1_fused_1, 0, v0])
-                    T.writes(T_matmul[0, v0])
-                    with T.init():
-                        T_matmul[0, v0] = T.float32(0.0)
-                    T_matmul[0, v0] = T_matmul[0, v0] + T_matmul_rf_local[vax1_fused_1, 0, v0]
-
-
 def test_schedule_1024(sm_90_from_the_table):
     # [1, 1024] x [1024, 1024]: 128 blocks of 8 neighbouring outputs (a 32-byte sector,
     # threadIdx.x) x 64 reduction lanes (threadIdx.y, rfactor; 512 threads), 16 elements a
     # lane in a local partial sum, the lanes' sums reduced across the block
-    check(ColumnGemv(), before_1024, expected_1024, SM_90)
-    check_gpu_schedule(before_1024, expected_1024)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((1, 1024), "float32"),
+        w: T.Buffer((1024, 1024), "float32"),
+        T_matmul: T.Buffer((1, 1024), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
+        # with T.sblock("root"):
+        for ax0, ax1, k in T.grid(1, 1024, 1024):
+            with T.sblock("T_matmul"):
+                v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
+                T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
+                T.writes(T_matmul[v_ax0, v_ax1])
+                with T.init():
+                    T_matmul[v_ax0, v_ax1] = T.float32(0.0)
+                T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((1, 1024), "float32"),
+        w: T.Buffer((1024, 1024), "float32"),
+        T_matmul: T.Buffer((1, 1024), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
+        # with T.sblock("root"):
+        T_matmul_rf_local = T.sblock_alloc_buffer((64, 1, 1024), scope="local")
+        for ax0_fused_0 in T.thread_binding(128, thread="blockIdx.x"):
+            for ax0_fused_1 in T.thread_binding(8, thread="threadIdx.x"):
+                for ax1_fused_1 in T.thread_binding(64, thread="threadIdx.y"):
+                    with T.sblock("T_matmul_rf_init"):
+                        vax1_fused_1 = T.axis.spatial(64, ax1_fused_1)
+                        v0 = T.axis.spatial(1024, ax0_fused_0 * 8 + ax0_fused_1)
+                        T.reads()
+                        T.writes(T_matmul_rf_local[vax1_fused_1, 0, v0])
+                        T_matmul_rf_local[vax1_fused_1, 0, v0] = T.float32(0.0)
+                    for ax1_fused_0, u in T.grid(16, 1):  # noqa: B007
+                        with T.sblock("T_matmul_rf_update"):
+                            vax1_fused_1 = T.axis.spatial(64, ax1_fused_1)
+                            v0 = T.axis.spatial(1024, ax0_fused_0 * 8 + ax0_fused_1)
+                            vax1_fused_0 = T.axis.reduce(16, ax1_fused_0)
+                            T.reads(
+                                T_matmul_rf_local[vax1_fused_1, 0, v0],
+                                x[0, vax1_fused_0 * 64 + vax1_fused_1],
+                                w[vax1_fused_0 * 64 + vax1_fused_1, v0],
+                            )
+                            T.writes(T_matmul_rf_local[vax1_fused_1, 0, v0])
+                            T_matmul_rf_local[vax1_fused_1, 0, v0] = (
+                                T_matmul_rf_local[vax1_fused_1, 0, v0]
+                                + x[0, vax1_fused_0 * 64 + vax1_fused_1]
+                                * w[vax1_fused_0 * 64 + vax1_fused_1, v0]
+                            )
+            for ax1_fused in T.thread_binding(8, thread="threadIdx.x"):
+                for ax0 in T.thread_binding(64, thread="threadIdx.y"):
+                    with T.sblock("T_matmul"):
+                        vax1_fused_1 = T.axis.reduce(64, ax0)
+                        v0 = T.axis.spatial(1024, ax0_fused_0 * 8 + ax1_fused)
+                        T.reads(T_matmul_rf_local[vax1_fused_1, 0, v0])
+                        T.writes(T_matmul[0, v0])
+                        with T.init():
+                            T_matmul[0, v0] = T.float32(0.0)
+                        T_matmul[0, v0] = T_matmul[0, v0] + T_matmul_rf_local[vax1_fused_1, 0, v0]
+
+    check(ColumnGemv(), before, expected, SM_90)
+    check_gpu_schedule(before, expected)
 
 
 def test_schedule_2048(sm_90_from_the_table):
     # [1, 2048] x [2048, 2048]: 256 blocks of 8 outputs x 64 reduction lanes, 32 elements a
     # lane in a local partial sum, then across the block
-    check(ColumnGemv(), before_2048, expected_2048, SM_90)
-    check_gpu_schedule(before_2048, expected_2048)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((1, 2048), "float32"),
+        w: T.Buffer((2048, 2048), "float32"),
+        T_matmul: T.Buffer((1, 2048), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
+        # with T.sblock("root"):
+        for ax0, ax1, k in T.grid(1, 2048, 2048):
+            with T.sblock("T_matmul"):
+                v_ax0, v_ax1, v_k = T.axis.remap("SSR", [ax0, ax1, k])
+                T.reads(x[v_ax0, v_k], w[v_k, v_ax1])
+                T.writes(T_matmul[v_ax0, v_ax1])
+                with T.init():
+                    T_matmul[v_ax0, v_ax1] = T.float32(0.0)
+                T_matmul[v_ax0, v_ax1] = T_matmul[v_ax0, v_ax1] + x[v_ax0, v_k] * w[v_k, v_ax1]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((1, 2048), "float32"),
+        w: T.Buffer((2048, 2048), "float32"),
+        T_matmul: T.Buffer((1, 2048), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
+        # with T.sblock("root"):
+        T_matmul_rf_local = T.sblock_alloc_buffer((64, 1, 2048), scope="local")
+        for ax0_fused_0 in T.thread_binding(256, thread="blockIdx.x"):
+            for ax0_fused_1 in T.thread_binding(8, thread="threadIdx.x"):
+                for ax1_fused_1 in T.thread_binding(64, thread="threadIdx.y"):
+                    with T.sblock("T_matmul_rf_init"):
+                        vax1_fused_1 = T.axis.spatial(64, ax1_fused_1)
+                        v0 = T.axis.spatial(2048, ax0_fused_0 * 8 + ax0_fused_1)
+                        T.reads()
+                        T.writes(T_matmul_rf_local[vax1_fused_1, 0, v0])
+                        T_matmul_rf_local[vax1_fused_1, 0, v0] = T.float32(0.0)
+                    for ax1_fused_0, u in T.grid(32, 1):  # noqa: B007
+                        with T.sblock("T_matmul_rf_update"):
+                            vax1_fused_1 = T.axis.spatial(64, ax1_fused_1)
+                            v0 = T.axis.spatial(2048, ax0_fused_0 * 8 + ax0_fused_1)
+                            vax1_fused_0 = T.axis.reduce(32, ax1_fused_0)
+                            T.reads(
+                                T_matmul_rf_local[vax1_fused_1, 0, v0],
+                                x[0, vax1_fused_0 * 64 + vax1_fused_1],
+                                w[vax1_fused_0 * 64 + vax1_fused_1, v0],
+                            )
+                            T.writes(T_matmul_rf_local[vax1_fused_1, 0, v0])
+                            T_matmul_rf_local[vax1_fused_1, 0, v0] = (
+                                T_matmul_rf_local[vax1_fused_1, 0, v0]
+                                + x[0, vax1_fused_0 * 64 + vax1_fused_1]
+                                * w[vax1_fused_0 * 64 + vax1_fused_1, v0]
+                            )
+            for ax1_fused in T.thread_binding(8, thread="threadIdx.x"):
+                for ax0 in T.thread_binding(64, thread="threadIdx.y"):
+                    with T.sblock("T_matmul"):
+                        vax1_fused_1 = T.axis.reduce(64, ax0)
+                        v0 = T.axis.spatial(2048, ax0_fused_0 * 8 + ax1_fused)
+                        T.reads(T_matmul_rf_local[vax1_fused_1, 0, v0])
+                        T.writes(T_matmul[0, v0])
+                        with T.init():
+                            T_matmul[0, v0] = T.float32(0.0)
+                        T_matmul[0, v0] = T_matmul[0, v0] + T_matmul_rf_local[vax1_fused_1, 0, v0]
+
+    check(ColumnGemv(), before, expected, SM_90)
+    check_gpu_schedule(before, expected)
 
 
 def test_declines_row_reductions():

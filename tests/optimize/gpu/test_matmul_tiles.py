@@ -1,9 +1,13 @@
 """The GPU matmul/convolution rule (``matmul-tiles``): tiles chosen from the kernel's extents and
 the GPU fill every SM without padding the work, and compute the right values (checked on the
-CPU by ``gpu_emulation``, no GPU needed)."""
+CPU by ``gpu_emulation``, no GPU needed). Its schedule of a 3 x 3 convolution is written out at
+the end (the kernel before and the schedule expected in TVMScript, compared with
+``tvm.ir.assert_structural_equal``); a second shape, a matmul with a bias, is checked by the
+schedule's key properties (each schedule is about 200 lines)."""
 
 import pytest
 import tvm
+from tvm.script import tirx as T
 
 from tvm_hetero import optimize
 from tvm_hetero.optimize.gpu.matmul_tiles import (MAX_WASTE, MIN_SPLIT_K, MatmulTiles,
@@ -12,6 +16,9 @@ from tvm_hetero.relax_ir import OP_KINDS_ATTR
 from tvm_hetero.target import CUDA_LIMITS, cuda_target
 from tvm_hetero.testing.gpu_emulation import check_gpu_schedule, thread_extents
 from tvm_hetero.testing.scheduled import estimated_flops
+
+from tests.helpers.schedules import (SM_90, check, declines, depthwise_map, loops, matmul_bias,
+                                     schedule)
 
 SM90 = CUDA_LIMITS["sm_90"].multiprocessors  # 132: an H100/H200's SMs
 
@@ -252,3 +259,264 @@ def test_suite_models_meet_the_census_goals_on_their_conv_and_matmul_kernels(nam
         assert check_gpu_schedule(func, out) <= 1e-4
         checked += 1
     assert checked >= 3
+
+
+# ---------------------------------------------------------------------------------------------
+# the schedules: the kernel before, the schedule expected
+
+
+def test_schedule_256x14x14(sm_90_from_the_table):
+    # 14 x 14 x 256 3x3 convolution as an implicit GEMM [196 pixels, 256 channels, 2304]: a
+    # 16 x 16 tile (8 x 8 threads, 2 x 2 each, k 16), the pixels padded to 208 (1.06x), 13 x 16
+    # = 208 blocks on 132 SMs (dlight's 32 x 64 tile: 28); im2col and padding in the fetch
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((1, 256, 14, 14), "float32"),
+        w: T.Buffer((256, 256, 3, 3), "float32"),
+        conv2d_nchw: T.Buffer((1, 256, 14, 14), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
+        # with T.sblock("root"):
+        pad_temp = T.sblock_alloc_buffer((1, 256, 16, 16))
+        for i0, i1, i2, i3 in T.grid(1, 256, 16, 16):
+            with T.sblock("pad_temp"):
+                v_i0, v_i1, v_i2, v_i3 = T.axis.remap("SSSS", [i0, i1, i2, i3])
+                T.reads(x[v_i0, v_i1, v_i2 - 1, v_i3 - 1])
+                T.writes(pad_temp[v_i0, v_i1, v_i2, v_i3])
+                pad_temp[v_i0, v_i1, v_i2, v_i3] = T.if_then_else(
+                    1 <= v_i2 and v_i2 < 15 and 1 <= v_i3 and v_i3 < 15,
+                    x[v_i0, v_i1, v_i2 - 1, v_i3 - 1],
+                    T.float32(0.0),
+                )
+        for nn, ff, yy, xx, rc, ry, rx in T.grid(1, 256, 14, 14, 256, 3, 3):
+            with T.sblock("conv2d_nchw"):
+                v_nn, v_ff, v_yy, v_xx, v_rc, v_ry, v_rx = T.axis.remap(
+                    "SSSSRRR", [nn, ff, yy, xx, rc, ry, rx]
+                )
+                T.reads(pad_temp[v_nn, v_rc, v_yy + v_ry, v_xx + v_rx], w[v_ff, v_rc, v_ry, v_rx])
+                T.writes(conv2d_nchw[v_nn, v_ff, v_yy, v_xx])
+                with T.init():
+                    conv2d_nchw[v_nn, v_ff, v_yy, v_xx] = T.float32(0.0)
+                conv2d_nchw[v_nn, v_ff, v_yy, v_xx] = (
+                    conv2d_nchw[v_nn, v_ff, v_yy, v_xx]
+                    + pad_temp[v_nn, v_rc, v_yy + v_ry, v_xx + v_rx] * w[v_ff, v_rc, v_ry, v_rx]
+                )
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((1, 256, 14, 14), "float32"),
+        w: T.Buffer((256, 256, 3, 3), "float32"),
+        conv2d_nchw: T.Buffer((1, 256, 14, 14), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
+        # with T.sblock("root"):
+        conv2d_nchw_reindex_pad_local = T.sblock_alloc_buffer((1, 208, 256), scope="local")
+        pad_temp_reindex_pad_shared = T.sblock_alloc_buffer((1, 208, 2304), scope="shared")
+        w_reindex_shared = T.sblock_alloc_buffer((1, 256, 2304), scope="shared")
+        for ax0_ax2_0_fused in T.thread_binding(16, thread="blockIdx.y"):
+            for ax1_0 in T.thread_binding(13, thread="blockIdx.x"):
+                for ax2_1 in T.thread_binding(1, thread="vthread.y"):
+                    for ax1_1 in T.thread_binding(1, thread="vthread.x"):
+                        for ax2_2 in T.thread_binding(8, thread="threadIdx.y"):
+                            for ax1_2 in T.thread_binding(
+                                8,
+                                thread="threadIdx.x",
+                                annotations={
+                                    "pragma_auto_unroll_max_step": 256,
+                                    "pragma_unroll_explicit": 1,
+                                },
+                            ):
+                                for ax1_3_init, ax2_3_0_init in T.grid(2, 1):
+                                    for ax2_3_1_init in T.vectorized(2):
+                                        with T.sblock("conv2d_nchw_init"):
+                                            v0 = T.axis.spatial(1, 0)
+                                            v1 = T.axis.spatial(
+                                                208,
+                                                ax1_0 * 16 + ax1_1 * 16 + ax1_2 * 2 + ax1_3_init,
+                                            )
+                                            v2 = T.axis.spatial(
+                                                256,
+                                                ax0_ax2_0_fused * 16
+                                                + ax2_1 * 16
+                                                + ax2_2 * 2
+                                                + ax2_3_0_init * 2
+                                                + ax2_3_1_init,
+                                            )
+                                            T.reads()
+                                            T.writes(conv2d_nchw_reindex_pad_local[0, v1, v2])
+                                            conv2d_nchw_reindex_pad_local[0, v1, v2] = T.float32(
+                                                0.0
+                                            )
+                                for ax3_0 in range(144):
+                                    for ax0_ax1_ax2_fused_0 in T.thread_binding(
+                                        8, thread="threadIdx.y"
+                                    ):
+                                        for ax0_ax1_ax2_fused_1 in T.thread_binding(
+                                            8, thread="threadIdx.x"
+                                        ):
+                                            for ax0_ax1_ax2_fused_2 in range(2):
+                                                for ax0_ax1_ax2_fused_3 in T.vectorized(2):
+                                                    with T.sblock("pad_temp_reindex_pad_shared"):
+                                                        v0 = T.axis.spatial(1, 0)
+                                                        v1 = T.axis.spatial(
+                                                            208,
+                                                            ax1_0 * 16
+                                                            + (
+                                                                ax0_ax1_ax2_fused_0 * 32
+                                                                + ax0_ax1_ax2_fused_1 * 4
+                                                                + ax0_ax1_ax2_fused_2 * 2
+                                                                + ax0_ax1_ax2_fused_3
+                                                            )
+                                                            // 16,
+                                                        )
+                                                        v2 = T.axis.spatial(
+                                                            2304,
+                                                            ax3_0 * 16
+                                                            + (
+                                                                ax0_ax1_ax2_fused_0 * 32
+                                                                + ax0_ax1_ax2_fused_1 * 4
+                                                                + ax0_ax1_ax2_fused_2 * 2
+                                                                + ax0_ax1_ax2_fused_3
+                                                            )
+                                                            % 16,
+                                                        )
+                                                        T.reads(
+                                                            x[
+                                                                0,
+                                                                v2 // 9,
+                                                                v1 // 14 + v2 // 3 % 3 - 1,
+                                                                v1 % 14 + v2 % 3 - 1,
+                                                            ]
+                                                        )
+                                                        T.writes(
+                                                            pad_temp_reindex_pad_shared[v0, v1, v2]
+                                                        )
+                                                        T.sblock_attr(
+                                                            {"buffer_dim_align": [[0, 1, 8, 2]]}
+                                                        )
+                                                        pad_temp_reindex_pad_shared[v0, v1, v2] = (
+                                                            T.if_then_else(
+                                                                v1 < 196,
+                                                                T.if_then_else(
+                                                                    1 <= v1 // 14 + v2 // 3 % 3
+                                                                    and v1 // 14 + v2 // 3 % 3 < 15
+                                                                    and 1 <= v1 % 14 + v2 % 3
+                                                                    and v1 % 14 + v2 % 3 < 15,
+                                                                    x[
+                                                                        0,
+                                                                        v2 // 9,
+                                                                        v1 // 14 + v2 // 3 % 3 - 1,
+                                                                        v1 % 14 + v2 % 3 - 1,
+                                                                    ],
+                                                                    T.float32(0.0),
+                                                                ),
+                                                                T.float32(0.0),
+                                                            )
+                                                        )
+                                    for ax0_ax1_ax2_fused_0 in T.thread_binding(
+                                        8, thread="threadIdx.y"
+                                    ):
+                                        for ax0_ax1_ax2_fused_1 in T.thread_binding(
+                                            8, thread="threadIdx.x"
+                                        ):
+                                            for ax0_ax1_ax2_fused_2 in range(2):
+                                                for ax0_ax1_ax2_fused_3 in T.vectorized(2):
+                                                    with T.sblock("w_reindex_shared"):
+                                                        v0 = T.axis.spatial(1, 0)
+                                                        v1 = T.axis.spatial(
+                                                            256,
+                                                            ax0_ax2_0_fused * 16
+                                                            + (
+                                                                ax0_ax1_ax2_fused_0 * 32
+                                                                + ax0_ax1_ax2_fused_1 * 4
+                                                                + ax0_ax1_ax2_fused_2 * 2
+                                                                + ax0_ax1_ax2_fused_3
+                                                            )
+                                                            // 16,
+                                                        )
+                                                        v2 = T.axis.spatial(
+                                                            2304,
+                                                            ax3_0 * 16
+                                                            + (
+                                                                ax0_ax1_ax2_fused_0 * 32
+                                                                + ax0_ax1_ax2_fused_1 * 4
+                                                                + ax0_ax1_ax2_fused_2 * 2
+                                                                + ax0_ax1_ax2_fused_3
+                                                            )
+                                                            % 16,
+                                                        )
+                                                        T.reads(w[v1, v2 // 9, v2 // 3 % 3, v2 % 3])
+                                                        T.writes(w_reindex_shared[v0, v1, v2])
+                                                        T.sblock_attr(
+                                                            {"buffer_dim_align": [[0, 1, 8, 2]]}
+                                                        )
+                                                        w_reindex_shared[v0, v1, v2] = w[
+                                                            v1, v2 // 9, v2 // 3 % 3, v2 % 3
+                                                        ]
+                                    for ax3_1, ax1_3, ax2_3_0 in T.grid(16, 2, 1):
+                                        for ax2_3_1 in T.vectorized(2):
+                                            with T.sblock("conv2d_nchw_update"):
+                                                v0 = T.axis.spatial(1, 0)
+                                                v1 = T.axis.spatial(
+                                                    208, ax1_0 * 16 + ax1_1 * 16 + ax1_2 * 2 + ax1_3
+                                                )
+                                                v2 = T.axis.spatial(
+                                                    256,
+                                                    ax0_ax2_0_fused * 16
+                                                    + ax2_1 * 16
+                                                    + ax2_2 * 2
+                                                    + ax2_3_0 * 2
+                                                    + ax2_3_1,
+                                                )
+                                                v3 = T.axis.reduce(2304, ax3_0 * 16 + ax3_1)
+                                                T.reads(
+                                                    conv2d_nchw_reindex_pad_local[0, v1, v2],
+                                                    pad_temp_reindex_pad_shared[0, v1, v3],
+                                                    w_reindex_shared[0, v2, v3],
+                                                )
+                                                T.writes(conv2d_nchw_reindex_pad_local[0, v1, v2])
+                                                conv2d_nchw_reindex_pad_local[0, v1, v2] = (
+                                                    conv2d_nchw_reindex_pad_local[0, v1, v2]
+                                                    + pad_temp_reindex_pad_shared[0, v1, v3]
+                                                    * w_reindex_shared[0, v2, v3]
+                                                )
+                                for ax0, ax1, ax2_0 in T.grid(1, 2, 1):
+                                    for ax2_1_1 in T.vectorized(2):
+                                        with T.sblock("conv2d_nchw_reindex_pad_local"):
+                                            v0 = T.axis.spatial(1, ax0)
+                                            v1 = T.axis.spatial(208, ax1_0 * 16 + ax1_2 * 2 + ax1)
+                                            v2 = T.axis.spatial(
+                                                256,
+                                                ax0_ax2_0_fused * 16
+                                                + ax2_2 * 2
+                                                + ax2_0 * 2
+                                                + ax2_1_1,
+                                            )
+                                            T.where(ax1_0 * 16 + ax1_2 * 2 + ax1 < 196)
+                                            T.reads(conv2d_nchw_reindex_pad_local[v0, v1, v2])
+                                            T.writes(conv2d_nchw[0, v2, v1 // 14, v1 % 14])
+                                            conv2d_nchw[0, v2, v1 // 14, v1 % 14] = (
+                                                conv2d_nchw_reindex_pad_local[v0, v1, v2]
+                                            )
+
+    check(MatmulTiles(), before, expected, SM_90)
+    check_gpu_schedule(before, expected)
+
+
+def test_schedule_512x256x384_by_its_key_properties(sm_90_from_the_table):
+    # a matmul [512, 256] x [256, 384] with a bias: 32 x 32 tiles (8 x 8 threads, 4 x 4 each,
+    # 2-lane vectors), 16 x 12 = 192 blocks on 132 SMs, k in 16 steps of 16, no padding
+    func = matmul_bias(512, 256, 384)
+    scheduled = schedule(MatmulTiles(), func, SM_90)
+    bound = {(extent, tag) for kind, extent, tag in loops(scheduled) if kind == "thread_binding"}
+    assert bound == {(16, "blockIdx.x"), (12, "blockIdx.y"), (8, "threadIdx.x"),
+                     (8, "threadIdx.y"), (1, "vthread.x"), (1, "vthread.y")}
+    assert ("serial", 16, "") in loops(scheduled)
+    assert {extent for kind, extent, _ in loops(scheduled) if kind == "vectorized"} == {2}
+    assert estimated_flops(scheduled) == estimated_flops(func)
+    check_gpu_schedule(func, scheduled)
+
+
+def test_declines_a_depthwise_convolution():
+    # a depthwise convolution: no GEMM (window-tiles')
+    assert declines(MatmulTiles(), depthwise_map())

@@ -283,224 +283,220 @@ def test_the_reduction_rules_are_in_the_cuda_column_only():
 # the schedules: the kernel before, the schedule expected
 
 
-@T.prim_func(s_tir=True, private=True)
-def before_128x64(
-    x: T.Buffer((128, 64), "float32"), T_softmax_norm: T.Buffer((128, 64), "float32")
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
-    # with T.sblock("root"):
-    T_softmax_maxelem = T.sblock_alloc_buffer((128,))
-    T_softmax_exp = T.sblock_alloc_buffer((128, 64))
-    T_softmax_expsum = T.sblock_alloc_buffer((128,))
-    for i0, k in T.grid(128, 64):
-        with T.sblock("T_softmax_maxelem"):
-            v_i0, v_k = T.axis.remap("SR", [i0, k])
-            T.reads(x[v_i0, v_k])
-            T.writes(T_softmax_maxelem[v_i0])
-            with T.init():
-                T_softmax_maxelem[v_i0] = T.float32(-340282346638528859811704183484516925440.0)
-            T_softmax_maxelem[v_i0] = T.max(T_softmax_maxelem[v_i0], x[v_i0, v_k])
-    for i0, i1 in T.grid(128, 64):
-        with T.sblock("T_softmax_exp"):
-            v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
-            T.reads(x[v_i0, v_i1], T_softmax_maxelem[v_i0])
-            T.writes(T_softmax_exp[v_i0, v_i1])
-            T_softmax_exp[v_i0, v_i1] = T.exp(x[v_i0, v_i1] - T_softmax_maxelem[v_i0])
-    for i0, k in T.grid(128, 64):
-        with T.sblock("T_softmax_expsum"):
-            v_i0, v_k = T.axis.remap("SR", [i0, k])
-            T.reads(T_softmax_exp[v_i0, v_k])
-            T.writes(T_softmax_expsum[v_i0])
-            with T.init():
-                T_softmax_expsum[v_i0] = T.float32(0.0)
-            T_softmax_expsum[v_i0] = T_softmax_expsum[v_i0] + T_softmax_exp[v_i0, v_k]
-    for i0, i1 in T.grid(128, 64):
-        with T.sblock("T_softmax_norm"):
-            v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
-            T.reads(T_softmax_exp[v_i0, v_i1], T_softmax_expsum[v_i0])
-            T.writes(T_softmax_norm[v_i0, v_i1])
-            T.sblock_attr({"axis": 1})
-            T_softmax_norm[v_i0, v_i1] = T_softmax_exp[v_i0, v_i1] / T_softmax_expsum[v_i0]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_128x64(
-    x: T.Buffer((128, 64), "float32"), T_softmax_norm: T.Buffer((128, 64), "float32")
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
-    # with T.sblock("root"):
-    T_softmax_maxelem_shared = T.sblock_alloc_buffer((128,), scope="shared")
-    T_softmax_exp_shared = T.sblock_alloc_buffer((128, 64), scope="shared")
-    T_softmax_expsum_shared = T.sblock_alloc_buffer((128,), scope="shared")
-    for ax0_fused in T.thread_binding(128, thread="blockIdx.x"):
-        for ax0_ax1_fused_1 in T.thread_binding(64, thread="threadIdx.x"):
-            for ax0_ax1_fused_0 in T.serial(
-                1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
-            ):
-                with T.sblock("T_softmax_maxelem"):
-                    v0 = T.axis.spatial(128, ax0_fused)
-                    v1 = T.axis.reduce(64, ax0_ax1_fused_0 * 64 + ax0_ax1_fused_1)
-                    T.reads(x[v0, v1])
-                    T.writes(T_softmax_maxelem_shared[v0])
-                    with T.init():
-                        T_softmax_maxelem_shared[v0] = T.float32(
-                            -340282346638528859811704183484516925440.0
-                        )
-                    T_softmax_maxelem_shared[v0] = T.max(T_softmax_maxelem_shared[v0], x[v0, v1])
-        for ax0_ax1_fused_1 in T.thread_binding(64, thread="threadIdx.x"):
-            for ax0_ax1_fused_0 in T.serial(
-                1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
-            ):
-                with T.sblock("T_softmax_exp"):
-                    v0 = T.axis.spatial(128, ax0_fused)
-                    v1 = T.axis.spatial(64, ax0_ax1_fused_0 * 64 + ax0_ax1_fused_1)
-                    T.reads(x[v0, v1], T_softmax_maxelem_shared[v0])
-                    T.writes(T_softmax_exp_shared[v0, v1])
-                    T_softmax_exp_shared[v0, v1] = T.exp(x[v0, v1] - T_softmax_maxelem_shared[v0])
-        for ax0_ax1_fused_1 in T.thread_binding(64, thread="threadIdx.x"):
-            for ax0_ax1_fused_0 in T.serial(
-                1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
-            ):
-                with T.sblock("T_softmax_expsum"):
-                    v0 = T.axis.spatial(128, ax0_fused)
-                    v1 = T.axis.reduce(64, ax0_ax1_fused_0 * 64 + ax0_ax1_fused_1)
-                    T.reads(T_softmax_exp_shared[v0, v1])
-                    T.writes(T_softmax_expsum_shared[v0])
-                    with T.init():
-                        T_softmax_expsum_shared[v0] = T.float32(0.0)
-                    T_softmax_expsum_shared[v0] = (
-                        T_softmax_expsum_shared[v0] + T_softmax_exp_shared[v0, v1]
-                    )
-        for ax1_fused_1 in T.thread_binding(64, thread="threadIdx.x"):
-            for ax1_fused_0 in T.serial(
-                1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
-            ):
-                with T.sblock("T_softmax_norm"):
-                    v0 = T.axis.spatial(128, ax0_fused)
-                    v1 = T.axis.spatial(64, ax1_fused_0 * 64 + ax1_fused_1)
-                    T.reads(T_softmax_exp_shared[v0, v1], T_softmax_expsum_shared[v0])
-                    T.writes(T_softmax_norm[v0, v1])
-                    T.sblock_attr({"axis": 1})
-                    T_softmax_norm[v0, v1] = (
-                        T_softmax_exp_shared[v0, v1] / T_softmax_expsum_shared[v0]
-                    )
-
-
-@T.prim_func(s_tir=True, private=True)
-def before_16x256(
-    x: T.Buffer((16, 256), "float32"), T_softmax_norm: T.Buffer((16, 256), "float32")
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
-    # with T.sblock("root"):
-    T_softmax_maxelem = T.sblock_alloc_buffer((16,))
-    T_softmax_exp = T.sblock_alloc_buffer((16, 256))
-    T_softmax_expsum = T.sblock_alloc_buffer((16,))
-    for i0, k in T.grid(16, 256):
-        with T.sblock("T_softmax_maxelem"):
-            v_i0, v_k = T.axis.remap("SR", [i0, k])
-            T.reads(x[v_i0, v_k])
-            T.writes(T_softmax_maxelem[v_i0])
-            with T.init():
-                T_softmax_maxelem[v_i0] = T.float32(-340282346638528859811704183484516925440.0)
-            T_softmax_maxelem[v_i0] = T.max(T_softmax_maxelem[v_i0], x[v_i0, v_k])
-    for i0, i1 in T.grid(16, 256):
-        with T.sblock("T_softmax_exp"):
-            v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
-            T.reads(x[v_i0, v_i1], T_softmax_maxelem[v_i0])
-            T.writes(T_softmax_exp[v_i0, v_i1])
-            T_softmax_exp[v_i0, v_i1] = T.exp(x[v_i0, v_i1] - T_softmax_maxelem[v_i0])
-    for i0, k in T.grid(16, 256):
-        with T.sblock("T_softmax_expsum"):
-            v_i0, v_k = T.axis.remap("SR", [i0, k])
-            T.reads(T_softmax_exp[v_i0, v_k])
-            T.writes(T_softmax_expsum[v_i0])
-            with T.init():
-                T_softmax_expsum[v_i0] = T.float32(0.0)
-            T_softmax_expsum[v_i0] = T_softmax_expsum[v_i0] + T_softmax_exp[v_i0, v_k]
-    for i0, i1 in T.grid(16, 256):
-        with T.sblock("T_softmax_norm"):
-            v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
-            T.reads(T_softmax_exp[v_i0, v_i1], T_softmax_expsum[v_i0])
-            T.writes(T_softmax_norm[v_i0, v_i1])
-            T.sblock_attr({"axis": 1})
-            T_softmax_norm[v_i0, v_i1] = T_softmax_exp[v_i0, v_i1] / T_softmax_expsum[v_i0]
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_16x256(
-    x: T.Buffer((16, 256), "float32"), T_softmax_norm: T.Buffer((16, 256), "float32")
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
-    # with T.sblock("root"):
-    T_softmax_maxelem_shared = T.sblock_alloc_buffer((16,), scope="shared")
-    T_softmax_exp_shared = T.sblock_alloc_buffer((16, 256), scope="shared")
-    T_softmax_expsum_shared = T.sblock_alloc_buffer((16,), scope="shared")
-    for ax0_fused in T.thread_binding(16, thread="blockIdx.x"):
-        for ax0_ax1_fused_1 in T.thread_binding(256, thread="threadIdx.x"):
-            for ax0_ax1_fused_0 in T.serial(
-                1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
-            ):
-                with T.sblock("T_softmax_maxelem"):
-                    v0 = T.axis.spatial(16, ax0_fused)
-                    v1 = T.axis.reduce(256, ax0_ax1_fused_0 * 256 + ax0_ax1_fused_1)
-                    T.reads(x[v0, v1])
-                    T.writes(T_softmax_maxelem_shared[v0])
-                    with T.init():
-                        T_softmax_maxelem_shared[v0] = T.float32(
-                            -340282346638528859811704183484516925440.0
-                        )
-                    T_softmax_maxelem_shared[v0] = T.max(T_softmax_maxelem_shared[v0], x[v0, v1])
-        for ax0_ax1_fused_1 in T.thread_binding(256, thread="threadIdx.x"):
-            for ax0_ax1_fused_0 in T.serial(
-                1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
-            ):
-                with T.sblock("T_softmax_exp"):
-                    v0 = T.axis.spatial(16, ax0_fused)
-                    v1 = T.axis.spatial(256, ax0_ax1_fused_0 * 256 + ax0_ax1_fused_1)
-                    T.reads(x[v0, v1], T_softmax_maxelem_shared[v0])
-                    T.writes(T_softmax_exp_shared[v0, v1])
-                    T_softmax_exp_shared[v0, v1] = T.exp(x[v0, v1] - T_softmax_maxelem_shared[v0])
-        for ax0_ax1_fused_1 in T.thread_binding(256, thread="threadIdx.x"):
-            for ax0_ax1_fused_0 in T.serial(
-                1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
-            ):
-                with T.sblock("T_softmax_expsum"):
-                    v0 = T.axis.spatial(16, ax0_fused)
-                    v1 = T.axis.reduce(256, ax0_ax1_fused_0 * 256 + ax0_ax1_fused_1)
-                    T.reads(T_softmax_exp_shared[v0, v1])
-                    T.writes(T_softmax_expsum_shared[v0])
-                    with T.init():
-                        T_softmax_expsum_shared[v0] = T.float32(0.0)
-                    T_softmax_expsum_shared[v0] = (
-                        T_softmax_expsum_shared[v0] + T_softmax_exp_shared[v0, v1]
-                    )
-        for ax1_fused_1 in T.thread_binding(256, thread="threadIdx.x"):
-            for ax1_fused_0 in T.serial(
-                1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
-            ):
-                with T.sblock("T_softmax_norm"):
-                    v0 = T.axis.spatial(16, ax0_fused)
-                    v1 = T.axis.spatial(256, ax1_fused_0 * 256 + ax1_fused_1)
-                    T.reads(T_softmax_exp_shared[v0, v1], T_softmax_expsum_shared[v0])
-                    T.writes(T_softmax_norm[v0, v1])
-                    T.sblock_attr({"axis": 1})
-                    T_softmax_norm[v0, v1] = (
-                        T_softmax_exp_shared[v0, v1] / T_softmax_expsum_shared[v0]
-                    )
-
-
 def test_schedule_128x64():
     # softmax of 128 rows of 64: a block per row, 64 threads (the row, unpadded): the max, exp
     # (once per element), the sum and the division in turn, the row's max, exps and sum in
     # shared memory
-    check(RowChains(), before_128x64, expected_128x64, SM_90)
-    check_gpu_schedule(before_128x64, expected_128x64)
+    @T.prim_func(s_tir=True, private=True)
+    def before(x: T.Buffer((128, 64), "float32"), T_softmax_norm: T.Buffer((128, 64), "float32")):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
+        # with T.sblock("root"):
+        T_softmax_maxelem = T.sblock_alloc_buffer((128,))
+        T_softmax_exp = T.sblock_alloc_buffer((128, 64))
+        T_softmax_expsum = T.sblock_alloc_buffer((128,))
+        for i0, k in T.grid(128, 64):
+            with T.sblock("T_softmax_maxelem"):
+                v_i0, v_k = T.axis.remap("SR", [i0, k])
+                T.reads(x[v_i0, v_k])
+                T.writes(T_softmax_maxelem[v_i0])
+                with T.init():
+                    T_softmax_maxelem[v_i0] = T.float32(-340282346638528859811704183484516925440.0)
+                T_softmax_maxelem[v_i0] = T.max(T_softmax_maxelem[v_i0], x[v_i0, v_k])
+        for i0, i1 in T.grid(128, 64):
+            with T.sblock("T_softmax_exp"):
+                v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
+                T.reads(x[v_i0, v_i1], T_softmax_maxelem[v_i0])
+                T.writes(T_softmax_exp[v_i0, v_i1])
+                T_softmax_exp[v_i0, v_i1] = T.exp(x[v_i0, v_i1] - T_softmax_maxelem[v_i0])
+        for i0, k in T.grid(128, 64):
+            with T.sblock("T_softmax_expsum"):
+                v_i0, v_k = T.axis.remap("SR", [i0, k])
+                T.reads(T_softmax_exp[v_i0, v_k])
+                T.writes(T_softmax_expsum[v_i0])
+                with T.init():
+                    T_softmax_expsum[v_i0] = T.float32(0.0)
+                T_softmax_expsum[v_i0] = T_softmax_expsum[v_i0] + T_softmax_exp[v_i0, v_k]
+        for i0, i1 in T.grid(128, 64):
+            with T.sblock("T_softmax_norm"):
+                v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
+                T.reads(T_softmax_exp[v_i0, v_i1], T_softmax_expsum[v_i0])
+                T.writes(T_softmax_norm[v_i0, v_i1])
+                T.sblock_attr({"axis": 1})
+                T_softmax_norm[v_i0, v_i1] = T_softmax_exp[v_i0, v_i1] / T_softmax_expsum[v_i0]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(x: T.Buffer((128, 64), "float32"), T_softmax_norm: T.Buffer((128, 64), "float32")):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
+        # with T.sblock("root"):
+        T_softmax_maxelem_shared = T.sblock_alloc_buffer((128,), scope="shared")
+        T_softmax_exp_shared = T.sblock_alloc_buffer((128, 64), scope="shared")
+        T_softmax_expsum_shared = T.sblock_alloc_buffer((128,), scope="shared")
+        for ax0_fused in T.thread_binding(128, thread="blockIdx.x"):
+            for ax0_ax1_fused_1 in T.thread_binding(64, thread="threadIdx.x"):
+                for ax0_ax1_fused_0 in T.serial(
+                    1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
+                ):
+                    with T.sblock("T_softmax_maxelem"):
+                        v0 = T.axis.spatial(128, ax0_fused)
+                        v1 = T.axis.reduce(64, ax0_ax1_fused_0 * 64 + ax0_ax1_fused_1)
+                        T.reads(x[v0, v1])
+                        T.writes(T_softmax_maxelem_shared[v0])
+                        with T.init():
+                            T_softmax_maxelem_shared[v0] = T.float32(
+                                -340282346638528859811704183484516925440.0
+                            )
+                        T_softmax_maxelem_shared[v0] = T.max(
+                            T_softmax_maxelem_shared[v0], x[v0, v1]
+                        )
+            for ax0_ax1_fused_1 in T.thread_binding(64, thread="threadIdx.x"):
+                for ax0_ax1_fused_0 in T.serial(
+                    1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
+                ):
+                    with T.sblock("T_softmax_exp"):
+                        v0 = T.axis.spatial(128, ax0_fused)
+                        v1 = T.axis.spatial(64, ax0_ax1_fused_0 * 64 + ax0_ax1_fused_1)
+                        T.reads(x[v0, v1], T_softmax_maxelem_shared[v0])
+                        T.writes(T_softmax_exp_shared[v0, v1])
+                        T_softmax_exp_shared[v0, v1] = T.exp(
+                            x[v0, v1] - T_softmax_maxelem_shared[v0]
+                        )
+            for ax0_ax1_fused_1 in T.thread_binding(64, thread="threadIdx.x"):
+                for ax0_ax1_fused_0 in T.serial(
+                    1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
+                ):
+                    with T.sblock("T_softmax_expsum"):
+                        v0 = T.axis.spatial(128, ax0_fused)
+                        v1 = T.axis.reduce(64, ax0_ax1_fused_0 * 64 + ax0_ax1_fused_1)
+                        T.reads(T_softmax_exp_shared[v0, v1])
+                        T.writes(T_softmax_expsum_shared[v0])
+                        with T.init():
+                            T_softmax_expsum_shared[v0] = T.float32(0.0)
+                        T_softmax_expsum_shared[v0] = (
+                            T_softmax_expsum_shared[v0] + T_softmax_exp_shared[v0, v1]
+                        )
+            for ax1_fused_1 in T.thread_binding(64, thread="threadIdx.x"):
+                for ax1_fused_0 in T.serial(
+                    1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
+                ):
+                    with T.sblock("T_softmax_norm"):
+                        v0 = T.axis.spatial(128, ax0_fused)
+                        v1 = T.axis.spatial(64, ax1_fused_0 * 64 + ax1_fused_1)
+                        T.reads(T_softmax_exp_shared[v0, v1], T_softmax_expsum_shared[v0])
+                        T.writes(T_softmax_norm[v0, v1])
+                        T.sblock_attr({"axis": 1})
+                        T_softmax_norm[v0, v1] = (
+                            T_softmax_exp_shared[v0, v1] / T_softmax_expsum_shared[v0]
+                        )
+
+    check(RowChains(), before, expected, SM_90)
+    check_gpu_schedule(before, expected)
 
 
 def test_schedule_16x256():
     # 16 rows of 256: a block per row, 256 threads, the same four steps
-    check(RowChains(), before_16x256, expected_16x256, SM_90)
-    check_gpu_schedule(before_16x256, expected_16x256)
+    @T.prim_func(s_tir=True, private=True)
+    def before(x: T.Buffer((16, 256), "float32"), T_softmax_norm: T.Buffer((16, 256), "float32")):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
+        # with T.sblock("root"):
+        T_softmax_maxelem = T.sblock_alloc_buffer((16,))
+        T_softmax_exp = T.sblock_alloc_buffer((16, 256))
+        T_softmax_expsum = T.sblock_alloc_buffer((16,))
+        for i0, k in T.grid(16, 256):
+            with T.sblock("T_softmax_maxelem"):
+                v_i0, v_k = T.axis.remap("SR", [i0, k])
+                T.reads(x[v_i0, v_k])
+                T.writes(T_softmax_maxelem[v_i0])
+                with T.init():
+                    T_softmax_maxelem[v_i0] = T.float32(-340282346638528859811704183484516925440.0)
+                T_softmax_maxelem[v_i0] = T.max(T_softmax_maxelem[v_i0], x[v_i0, v_k])
+        for i0, i1 in T.grid(16, 256):
+            with T.sblock("T_softmax_exp"):
+                v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
+                T.reads(x[v_i0, v_i1], T_softmax_maxelem[v_i0])
+                T.writes(T_softmax_exp[v_i0, v_i1])
+                T_softmax_exp[v_i0, v_i1] = T.exp(x[v_i0, v_i1] - T_softmax_maxelem[v_i0])
+        for i0, k in T.grid(16, 256):
+            with T.sblock("T_softmax_expsum"):
+                v_i0, v_k = T.axis.remap("SR", [i0, k])
+                T.reads(T_softmax_exp[v_i0, v_k])
+                T.writes(T_softmax_expsum[v_i0])
+                with T.init():
+                    T_softmax_expsum[v_i0] = T.float32(0.0)
+                T_softmax_expsum[v_i0] = T_softmax_expsum[v_i0] + T_softmax_exp[v_i0, v_k]
+        for i0, i1 in T.grid(16, 256):
+            with T.sblock("T_softmax_norm"):
+                v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
+                T.reads(T_softmax_exp[v_i0, v_i1], T_softmax_expsum[v_i0])
+                T.writes(T_softmax_norm[v_i0, v_i1])
+                T.sblock_attr({"axis": 1})
+                T_softmax_norm[v_i0, v_i1] = T_softmax_exp[v_i0, v_i1] / T_softmax_expsum[v_i0]
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(x: T.Buffer((16, 256), "float32"), T_softmax_norm: T.Buffer((16, 256), "float32")):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["softmax"]})
+        # with T.sblock("root"):
+        T_softmax_maxelem_shared = T.sblock_alloc_buffer((16,), scope="shared")
+        T_softmax_exp_shared = T.sblock_alloc_buffer((16, 256), scope="shared")
+        T_softmax_expsum_shared = T.sblock_alloc_buffer((16,), scope="shared")
+        for ax0_fused in T.thread_binding(16, thread="blockIdx.x"):
+            for ax0_ax1_fused_1 in T.thread_binding(256, thread="threadIdx.x"):
+                for ax0_ax1_fused_0 in T.serial(
+                    1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
+                ):
+                    with T.sblock("T_softmax_maxelem"):
+                        v0 = T.axis.spatial(16, ax0_fused)
+                        v1 = T.axis.reduce(256, ax0_ax1_fused_0 * 256 + ax0_ax1_fused_1)
+                        T.reads(x[v0, v1])
+                        T.writes(T_softmax_maxelem_shared[v0])
+                        with T.init():
+                            T_softmax_maxelem_shared[v0] = T.float32(
+                                -340282346638528859811704183484516925440.0
+                            )
+                        T_softmax_maxelem_shared[v0] = T.max(
+                            T_softmax_maxelem_shared[v0], x[v0, v1]
+                        )
+            for ax0_ax1_fused_1 in T.thread_binding(256, thread="threadIdx.x"):
+                for ax0_ax1_fused_0 in T.serial(
+                    1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
+                ):
+                    with T.sblock("T_softmax_exp"):
+                        v0 = T.axis.spatial(16, ax0_fused)
+                        v1 = T.axis.spatial(256, ax0_ax1_fused_0 * 256 + ax0_ax1_fused_1)
+                        T.reads(x[v0, v1], T_softmax_maxelem_shared[v0])
+                        T.writes(T_softmax_exp_shared[v0, v1])
+                        T_softmax_exp_shared[v0, v1] = T.exp(
+                            x[v0, v1] - T_softmax_maxelem_shared[v0]
+                        )
+            for ax0_ax1_fused_1 in T.thread_binding(256, thread="threadIdx.x"):
+                for ax0_ax1_fused_0 in T.serial(
+                    1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
+                ):
+                    with T.sblock("T_softmax_expsum"):
+                        v0 = T.axis.spatial(16, ax0_fused)
+                        v1 = T.axis.reduce(256, ax0_ax1_fused_0 * 256 + ax0_ax1_fused_1)
+                        T.reads(T_softmax_exp_shared[v0, v1])
+                        T.writes(T_softmax_expsum_shared[v0])
+                        with T.init():
+                            T_softmax_expsum_shared[v0] = T.float32(0.0)
+                        T_softmax_expsum_shared[v0] = (
+                            T_softmax_expsum_shared[v0] + T_softmax_exp_shared[v0, v1]
+                        )
+            for ax1_fused_1 in T.thread_binding(256, thread="threadIdx.x"):
+                for ax1_fused_0 in T.serial(
+                    1, annotations={"pragma_auto_unroll_max_step": 256, "pragma_unroll_explicit": 1}
+                ):
+                    with T.sblock("T_softmax_norm"):
+                        v0 = T.axis.spatial(16, ax0_fused)
+                        v1 = T.axis.spatial(256, ax1_fused_0 * 256 + ax1_fused_1)
+                        T.reads(T_softmax_exp_shared[v0, v1], T_softmax_expsum_shared[v0])
+                        T.writes(T_softmax_norm[v0, v1])
+                        T.sblock_attr({"axis": 1})
+                        T_softmax_norm[v0, v1] = (
+                            T_softmax_exp_shared[v0, v1] / T_softmax_expsum_shared[v0]
+                        )
+
+    check(RowChains(), before, expected, SM_90)
+    check_gpu_schedule(before, expected)
 
 
 def test_declines_a_column_reduction():

@@ -255,291 +255,302 @@ def test_window_tiles_is_in_the_gpu_columns_only():
 # the schedules: the kernel before, the schedule expected
 
 
-@T.prim_func(s_tir=True, private=True)
-def before_32x112x112(
-    x: T.Buffer((1, 32, 112, 112), "float32"),
-    w: T.Buffer((32, 1, 3, 3), "float32"),
-    group_conv2d_nchw: T.Buffer((1, 32, 112, 112), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
-    # with T.sblock("root"):
-    pad_temp = T.sblock_alloc_buffer((1, 32, 114, 114))
-    for i0, i1, i2, i3 in T.grid(1, 32, 114, 114):
-        with T.sblock("pad_temp"):
-            v_i0, v_i1, v_i2, v_i3 = T.axis.remap("SSSS", [i0, i1, i2, i3])
-            T.reads(x[v_i0, v_i1, v_i2 - 1, v_i3 - 1])
-            T.writes(pad_temp[v_i0, v_i1, v_i2, v_i3])
-            pad_temp[v_i0, v_i1, v_i2, v_i3] = T.if_then_else(
-                1 <= v_i2 and v_i2 < 113 and 1 <= v_i3 and v_i3 < 113,
-                x[v_i0, v_i1, v_i2 - 1, v_i3 - 1],
-                T.float32(0.0),
-            )
-    for nn, ff, yy, xx, rc, ry, rx in T.grid(1, 32, 112, 112, 1, 3, 3):
-        with T.sblock("group_conv2d_nchw"):
-            v_nn, v_ff, v_yy, v_xx, v_rc, v_ry, v_rx = T.axis.remap(
-                "SSSSRRR", [nn, ff, yy, xx, rc, ry, rx]
-            )
-            T.reads(
-                pad_temp[v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx], w[v_ff, v_rc, v_ry, v_rx]
-            )
-            T.writes(group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx])
-            with T.init():
-                group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx] = T.float32(0.0)
-            group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx] = (
-                group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx]
-                + pad_temp[v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx] * w[v_ff, v_rc, v_ry, v_rx]
-            )
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_32x112x112(
-    x: T.Buffer((1, 32, 112, 112), "float32"),
-    w: T.Buffer((32, 1, 3, 3), "float32"),
-    group_conv2d_nchw: T.Buffer((1, 32, 112, 112), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
-    # with T.sblock("root"):
-    pad_temp_shared = T.sblock_alloc_buffer((1, 32, 114, 114), scope="shared")
-    group_conv2d_nchw_local = T.sblock_alloc_buffer((1, 32, 112, 112), scope="local")
-    for nn_ff_0_yy_0_xx_0_fused in T.thread_binding(512, thread="blockIdx.x"):
-        for ax0_ax1_fused_0 in range(5):
-            for ax0_ax1_fused_1 in T.thread_binding(196, thread="threadIdx.x"):
-                with T.sblock("pad_temp_shared"):
-                    v0 = T.axis.spatial(1, 0)
-                    v1 = T.axis.spatial(32, nn_ff_0_yy_0_xx_0_fused // 16)
-                    v2 = T.axis.spatial(
-                        114,
-                        nn_ff_0_yy_0_xx_0_fused % 16 // 4 * 28
-                        + (ax0_ax1_fused_0 * 196 + ax0_ax1_fused_1) // 30,
-                    )
-                    v3 = T.axis.spatial(
-                        114,
-                        nn_ff_0_yy_0_xx_0_fused % 4 * 28
-                        + (ax0_ax1_fused_0 * 196 + ax0_ax1_fused_1) % 30,
-                    )
-                    T.where(ax0_ax1_fused_0 * 196 + ax0_ax1_fused_1 < 900)
-                    T.reads(x[v0, v1, v2 - 1, v3 - 1])
-                    T.writes(pad_temp_shared[v0, v1, v2, v3])
-                    pad_temp_shared[v0, v1, v2, v3] = T.if_then_else(
-                        1 <= v2 and v2 < 113 and 1 <= v3 and v3 < 113,
-                        x[v0, v1, v2 - 1, v3 - 1],
-                        T.float32(0.0),
-                    )
-        for ff_1_yy_1_xx_1_fused in T.thread_binding(196, thread="threadIdx.x"):
-            for yy_2_init in range(4):
-                with T.sblock("group_conv2d_nchw_init"):
-                    v_nn = T.axis.spatial(1, 0)
-                    v_ff = T.axis.spatial(32, nn_ff_0_yy_0_xx_0_fused // 16)
-                    v_yy = T.axis.spatial(
-                        112,
-                        nn_ff_0_yy_0_xx_0_fused % 16 // 4 * 28
-                        + ff_1_yy_1_xx_1_fused // 28 * 4
-                        + yy_2_init,
-                    )
-                    v_xx = T.axis.spatial(
-                        112, nn_ff_0_yy_0_xx_0_fused % 4 * 28 + ff_1_yy_1_xx_1_fused % 28
-                    )
-                    T.reads()
-                    T.writes(group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx])
-                    group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx] = T.float32(0.0)
-            for rc in T.unroll(1):
-                for ry in T.unroll(3):
-                    for rx in T.unroll(3):
-                        for yy_2 in T.unroll(4):
-                            with T.sblock("group_conv2d_nchw_update"):
-                                v_nn = T.axis.spatial(1, 0)
-                                v_ff = T.axis.spatial(32, nn_ff_0_yy_0_xx_0_fused // 16)
-                                v_yy = T.axis.spatial(
-                                    112,
-                                    nn_ff_0_yy_0_xx_0_fused % 16 // 4 * 28
-                                    + ff_1_yy_1_xx_1_fused // 28 * 4
-                                    + yy_2,
-                                )
-                                v_xx = T.axis.spatial(
-                                    112,
-                                    nn_ff_0_yy_0_xx_0_fused % 4 * 28 + ff_1_yy_1_xx_1_fused % 28,
-                                )
-                                v_rc, v_ry, v_rx = T.axis.remap("RRR", [rc, ry, rx])
-                                T.reads(
-                                    group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx],
-                                    pad_temp_shared[v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx],
-                                    w[v_ff, v_rc, v_ry, v_rx],
-                                )
-                                T.writes(group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx])
-                                group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx] = (
-                                    group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx]
-                                    + pad_temp_shared[v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx]
-                                    * w[v_ff, v_rc, v_ry, v_rx]
-                                )
-            for ax0 in range(4):
-                with T.sblock("group_conv2d_nchw_local"):
-                    v0 = T.axis.spatial(1, 0)
-                    v1 = T.axis.spatial(32, nn_ff_0_yy_0_xx_0_fused // 16)
-                    v2 = T.axis.spatial(
-                        112,
-                        nn_ff_0_yy_0_xx_0_fused % 16 // 4 * 28
-                        + ff_1_yy_1_xx_1_fused // 28 * 4
-                        + ax0,
-                    )
-                    v3 = T.axis.spatial(
-                        112, nn_ff_0_yy_0_xx_0_fused % 4 * 28 + ff_1_yy_1_xx_1_fused % 28
-                    )
-                    T.reads(group_conv2d_nchw_local[v0, v1, v2, v3])
-                    T.writes(group_conv2d_nchw[v0, v1, v2, v3])
-                    group_conv2d_nchw[v0, v1, v2, v3] = group_conv2d_nchw_local[v0, v1, v2, v3]
-
-
-@T.prim_func(s_tir=True, private=True)
-def before_16x28x28(
-    x: T.Buffer((1, 16, 28, 28), "float32"),
-    w: T.Buffer((16, 1, 3, 3), "float32"),
-    group_conv2d_nchw: T.Buffer((1, 16, 28, 28), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
-    # with T.sblock("root"):
-    pad_temp = T.sblock_alloc_buffer((1, 16, 30, 30))
-    for i0, i1, i2, i3 in T.grid(1, 16, 30, 30):
-        with T.sblock("pad_temp"):
-            v_i0, v_i1, v_i2, v_i3 = T.axis.remap("SSSS", [i0, i1, i2, i3])
-            T.reads(x[v_i0, v_i1, v_i2 - 1, v_i3 - 1])
-            T.writes(pad_temp[v_i0, v_i1, v_i2, v_i3])
-            pad_temp[v_i0, v_i1, v_i2, v_i3] = T.if_then_else(
-                1 <= v_i2 and v_i2 < 29 and 1 <= v_i3 and v_i3 < 29,
-                x[v_i0, v_i1, v_i2 - 1, v_i3 - 1],
-                T.float32(0.0),
-            )
-    for nn, ff, yy, xx, rc, ry, rx in T.grid(1, 16, 28, 28, 1, 3, 3):
-        with T.sblock("group_conv2d_nchw"):
-            v_nn, v_ff, v_yy, v_xx, v_rc, v_ry, v_rx = T.axis.remap(
-                "SSSSRRR", [nn, ff, yy, xx, rc, ry, rx]
-            )
-            T.reads(
-                pad_temp[v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx], w[v_ff, v_rc, v_ry, v_rx]
-            )
-            T.writes(group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx])
-            with T.init():
-                group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx] = T.float32(0.0)
-            group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx] = (
-                group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx]
-                + pad_temp[v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx] * w[v_ff, v_rc, v_ry, v_rx]
-            )
-
-
-@T.prim_func(s_tir=True, private=True)
-def expected_16x28x28(
-    x: T.Buffer((1, 16, 28, 28), "float32"),
-    w: T.Buffer((16, 1, 3, 3), "float32"),
-    group_conv2d_nchw: T.Buffer((1, 16, 28, 28), "float32"),
-):
-    T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
-    # with T.sblock("root"):
-    pad_temp_shared = T.sblock_alloc_buffer((1, 16, 30, 30), scope="shared")
-    group_conv2d_nchw_local = T.sblock_alloc_buffer((1, 16, 28, 28), scope="local")
-    for nn_ff_0_yy_0_xx_0_fused in T.thread_binding(196, thread="blockIdx.x"):
-        for ax0_ax1_ax2_fused_0 in range(3):
-            for ax0_ax1_ax2_fused_1 in T.thread_binding(64, thread="threadIdx.x"):
-                with T.sblock("pad_temp_shared"):
-                    v0 = T.axis.spatial(1, 0)
-                    v1 = T.axis.spatial(
-                        16,
-                        nn_ff_0_yy_0_xx_0_fused // 49 * 4
-                        + (ax0_ax1_ax2_fused_0 * 64 + ax0_ax1_ax2_fused_1) // 36,
-                    )
-                    v2 = T.axis.spatial(
-                        30,
-                        nn_ff_0_yy_0_xx_0_fused % 49 // 7 * 4
-                        + (ax0_ax1_ax2_fused_0 * 64 + ax0_ax1_ax2_fused_1) % 36 // 6,
-                    )
-                    v3 = T.axis.spatial(
-                        30,
-                        nn_ff_0_yy_0_xx_0_fused % 7 * 4
-                        + (ax0_ax1_ax2_fused_0 * 64 + ax0_ax1_ax2_fused_1) % 6,
-                    )
-                    T.where(ax0_ax1_ax2_fused_0 * 64 + ax0_ax1_ax2_fused_1 < 144)
-                    T.reads(x[v0, v1, v2 - 1, v3 - 1])
-                    T.writes(pad_temp_shared[v0, v1, v2, v3])
-                    pad_temp_shared[v0, v1, v2, v3] = T.if_then_else(
-                        1 <= v2 and v2 < 29 and 1 <= v3 and v3 < 29,
-                        x[v0, v1, v2 - 1, v3 - 1],
-                        T.float32(0.0),
-                    )
-        for ff_1_yy_1_xx_1_fused in T.thread_binding(64, thread="threadIdx.x"):
-            for yy_2_init in range(1):
-                with T.sblock("group_conv2d_nchw_init"):
-                    v_nn = T.axis.spatial(1, 0)
-                    v_ff = T.axis.spatial(
-                        16, nn_ff_0_yy_0_xx_0_fused // 49 * 4 + ff_1_yy_1_xx_1_fused // 16
-                    )
-                    v_yy = T.axis.spatial(
-                        28,
-                        nn_ff_0_yy_0_xx_0_fused % 49 // 7 * 4
-                        + ff_1_yy_1_xx_1_fused % 16 // 4
-                        + yy_2_init,
-                    )
-                    v_xx = T.axis.spatial(
-                        28, nn_ff_0_yy_0_xx_0_fused % 7 * 4 + ff_1_yy_1_xx_1_fused % 4
-                    )
-                    T.reads()
-                    T.writes(group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx])
-                    group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx] = T.float32(0.0)
-            for rc in T.unroll(1):
-                for ry in T.unroll(3):
-                    for rx in T.unroll(3):
-                        for yy_2 in T.unroll(1):
-                            with T.sblock("group_conv2d_nchw_update"):
-                                v_nn = T.axis.spatial(1, 0)
-                                v_ff = T.axis.spatial(
-                                    16,
-                                    nn_ff_0_yy_0_xx_0_fused // 49 * 4 + ff_1_yy_1_xx_1_fused // 16,
-                                )
-                                v_yy = T.axis.spatial(
-                                    28,
-                                    nn_ff_0_yy_0_xx_0_fused % 49 // 7 * 4
-                                    + ff_1_yy_1_xx_1_fused % 16 // 4
-                                    + yy_2,
-                                )
-                                v_xx = T.axis.spatial(
-                                    28, nn_ff_0_yy_0_xx_0_fused % 7 * 4 + ff_1_yy_1_xx_1_fused % 4
-                                )
-                                v_rc, v_ry, v_rx = T.axis.remap("RRR", [rc, ry, rx])
-                                T.reads(
-                                    group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx],
-                                    pad_temp_shared[v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx],
-                                    w[v_ff, v_rc, v_ry, v_rx],
-                                )
-                                T.writes(group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx])
-                                group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx] = (
-                                    group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx]
-                                    + pad_temp_shared[v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx]
-                                    * w[v_ff, v_rc, v_ry, v_rx]
-                                )
-            with T.sblock("group_conv2d_nchw_local"):
-                v0 = T.axis.spatial(1, 0)
-                v1 = T.axis.spatial(
-                    16, nn_ff_0_yy_0_xx_0_fused // 49 * 4 + ff_1_yy_1_xx_1_fused // 16
-                )
-                v2 = T.axis.spatial(
-                    28, nn_ff_0_yy_0_xx_0_fused % 49 // 7 * 4 + ff_1_yy_1_xx_1_fused % 16 // 4
-                )
-                v3 = T.axis.spatial(28, nn_ff_0_yy_0_xx_0_fused % 7 * 4 + ff_1_yy_1_xx_1_fused % 4)
-                T.reads(group_conv2d_nchw_local[v0, v1, v2, v3])
-                T.writes(group_conv2d_nchw[v0, v1, v2, v3])
-                group_conv2d_nchw[v0, v1, v2, v3] = group_conv2d_nchw_local[v0, v1, v2, v3]
-
-
 def test_schedule_32x112x112(sm_90_from_the_table):
     # MobileNetV2's first depthwise 3x3, 32 x 112 x 112: 512 blocks of one channel's 28 x 28
     # pixels, 196 threads of 4 rows each (unrolled); the block's 30 x 30 padded input fetched
     # into shared memory by them, the window unrolled into local accumulators
-    check(WindowTiles(), before_32x112x112, expected_32x112x112, SM_90)
-    check_gpu_schedule(before_32x112x112, expected_32x112x112)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((1, 32, 112, 112), "float32"),
+        w: T.Buffer((32, 1, 3, 3), "float32"),
+        group_conv2d_nchw: T.Buffer((1, 32, 112, 112), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
+        # with T.sblock("root"):
+        pad_temp = T.sblock_alloc_buffer((1, 32, 114, 114))
+        for i0, i1, i2, i3 in T.grid(1, 32, 114, 114):
+            with T.sblock("pad_temp"):
+                v_i0, v_i1, v_i2, v_i3 = T.axis.remap("SSSS", [i0, i1, i2, i3])
+                T.reads(x[v_i0, v_i1, v_i2 - 1, v_i3 - 1])
+                T.writes(pad_temp[v_i0, v_i1, v_i2, v_i3])
+                pad_temp[v_i0, v_i1, v_i2, v_i3] = T.if_then_else(
+                    1 <= v_i2 and v_i2 < 113 and 1 <= v_i3 and v_i3 < 113,
+                    x[v_i0, v_i1, v_i2 - 1, v_i3 - 1],
+                    T.float32(0.0),
+                )
+        for nn, ff, yy, xx, rc, ry, rx in T.grid(1, 32, 112, 112, 1, 3, 3):
+            with T.sblock("group_conv2d_nchw"):
+                v_nn, v_ff, v_yy, v_xx, v_rc, v_ry, v_rx = T.axis.remap(
+                    "SSSSRRR", [nn, ff, yy, xx, rc, ry, rx]
+                )
+                T.reads(
+                    pad_temp[v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx], w[v_ff, v_rc, v_ry, v_rx]
+                )
+                T.writes(group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx])
+                with T.init():
+                    group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx] = T.float32(0.0)
+                group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx] = (
+                    group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx]
+                    + pad_temp[v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx]
+                    * w[v_ff, v_rc, v_ry, v_rx]
+                )
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((1, 32, 112, 112), "float32"),
+        w: T.Buffer((32, 1, 3, 3), "float32"),
+        group_conv2d_nchw: T.Buffer((1, 32, 112, 112), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
+        # with T.sblock("root"):
+        pad_temp_shared = T.sblock_alloc_buffer((1, 32, 114, 114), scope="shared")
+        group_conv2d_nchw_local = T.sblock_alloc_buffer((1, 32, 112, 112), scope="local")
+        for nn_ff_0_yy_0_xx_0_fused in T.thread_binding(512, thread="blockIdx.x"):
+            for ax0_ax1_fused_0 in range(5):
+                for ax0_ax1_fused_1 in T.thread_binding(196, thread="threadIdx.x"):
+                    with T.sblock("pad_temp_shared"):
+                        v0 = T.axis.spatial(1, 0)
+                        v1 = T.axis.spatial(32, nn_ff_0_yy_0_xx_0_fused // 16)
+                        v2 = T.axis.spatial(
+                            114,
+                            nn_ff_0_yy_0_xx_0_fused % 16 // 4 * 28
+                            + (ax0_ax1_fused_0 * 196 + ax0_ax1_fused_1) // 30,
+                        )
+                        v3 = T.axis.spatial(
+                            114,
+                            nn_ff_0_yy_0_xx_0_fused % 4 * 28
+                            + (ax0_ax1_fused_0 * 196 + ax0_ax1_fused_1) % 30,
+                        )
+                        T.where(ax0_ax1_fused_0 * 196 + ax0_ax1_fused_1 < 900)
+                        T.reads(x[v0, v1, v2 - 1, v3 - 1])
+                        T.writes(pad_temp_shared[v0, v1, v2, v3])
+                        pad_temp_shared[v0, v1, v2, v3] = T.if_then_else(
+                            1 <= v2 and v2 < 113 and 1 <= v3 and v3 < 113,
+                            x[v0, v1, v2 - 1, v3 - 1],
+                            T.float32(0.0),
+                        )
+            for ff_1_yy_1_xx_1_fused in T.thread_binding(196, thread="threadIdx.x"):
+                for yy_2_init in range(4):
+                    with T.sblock("group_conv2d_nchw_init"):
+                        v_nn = T.axis.spatial(1, 0)
+                        v_ff = T.axis.spatial(32, nn_ff_0_yy_0_xx_0_fused // 16)
+                        v_yy = T.axis.spatial(
+                            112,
+                            nn_ff_0_yy_0_xx_0_fused % 16 // 4 * 28
+                            + ff_1_yy_1_xx_1_fused // 28 * 4
+                            + yy_2_init,
+                        )
+                        v_xx = T.axis.spatial(
+                            112, nn_ff_0_yy_0_xx_0_fused % 4 * 28 + ff_1_yy_1_xx_1_fused % 28
+                        )
+                        T.reads()
+                        T.writes(group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx])
+                        group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx] = T.float32(0.0)
+                for rc in T.unroll(1):
+                    for ry in T.unroll(3):
+                        for rx in T.unroll(3):
+                            for yy_2 in T.unroll(4):
+                                with T.sblock("group_conv2d_nchw_update"):
+                                    v_nn = T.axis.spatial(1, 0)
+                                    v_ff = T.axis.spatial(32, nn_ff_0_yy_0_xx_0_fused // 16)
+                                    v_yy = T.axis.spatial(
+                                        112,
+                                        nn_ff_0_yy_0_xx_0_fused % 16 // 4 * 28
+                                        + ff_1_yy_1_xx_1_fused // 28 * 4
+                                        + yy_2,
+                                    )
+                                    v_xx = T.axis.spatial(
+                                        112,
+                                        nn_ff_0_yy_0_xx_0_fused % 4 * 28
+                                        + ff_1_yy_1_xx_1_fused % 28,
+                                    )
+                                    v_rc, v_ry, v_rx = T.axis.remap("RRR", [rc, ry, rx])
+                                    T.reads(
+                                        group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx],
+                                        pad_temp_shared[
+                                            v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx
+                                        ],
+                                        w[v_ff, v_rc, v_ry, v_rx],
+                                    )
+                                    T.writes(group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx])
+                                    group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx] = (
+                                        group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx]
+                                        + pad_temp_shared[
+                                            v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx
+                                        ]
+                                        * w[v_ff, v_rc, v_ry, v_rx]
+                                    )
+                for ax0 in range(4):
+                    with T.sblock("group_conv2d_nchw_local"):
+                        v0 = T.axis.spatial(1, 0)
+                        v1 = T.axis.spatial(32, nn_ff_0_yy_0_xx_0_fused // 16)
+                        v2 = T.axis.spatial(
+                            112,
+                            nn_ff_0_yy_0_xx_0_fused % 16 // 4 * 28
+                            + ff_1_yy_1_xx_1_fused // 28 * 4
+                            + ax0,
+                        )
+                        v3 = T.axis.spatial(
+                            112, nn_ff_0_yy_0_xx_0_fused % 4 * 28 + ff_1_yy_1_xx_1_fused % 28
+                        )
+                        T.reads(group_conv2d_nchw_local[v0, v1, v2, v3])
+                        T.writes(group_conv2d_nchw[v0, v1, v2, v3])
+                        group_conv2d_nchw[v0, v1, v2, v3] = group_conv2d_nchw_local[v0, v1, v2, v3]
+
+    check(WindowTiles(), before, expected, SM_90)
+    check_gpu_schedule(before, expected)
 
 
 def test_schedule_16x28x28(sm_90_from_the_table):
     # 16 x 28 x 28: 196 blocks of 64 outputs, a thread each; the block's padded input in
     # shared memory (3 fetches a thread), the window unrolled into a local accumulator
-    check(WindowTiles(), before_16x28x28, expected_16x28x28, SM_90)
-    check_gpu_schedule(before_16x28x28, expected_16x28x28)
+    @T.prim_func(s_tir=True, private=True)
+    def before(
+        x: T.Buffer((1, 16, 28, 28), "float32"),
+        w: T.Buffer((16, 1, 3, 3), "float32"),
+        group_conv2d_nchw: T.Buffer((1, 16, 28, 28), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
+        # with T.sblock("root"):
+        pad_temp = T.sblock_alloc_buffer((1, 16, 30, 30))
+        for i0, i1, i2, i3 in T.grid(1, 16, 30, 30):
+            with T.sblock("pad_temp"):
+                v_i0, v_i1, v_i2, v_i3 = T.axis.remap("SSSS", [i0, i1, i2, i3])
+                T.reads(x[v_i0, v_i1, v_i2 - 1, v_i3 - 1])
+                T.writes(pad_temp[v_i0, v_i1, v_i2, v_i3])
+                pad_temp[v_i0, v_i1, v_i2, v_i3] = T.if_then_else(
+                    1 <= v_i2 and v_i2 < 29 and 1 <= v_i3 and v_i3 < 29,
+                    x[v_i0, v_i1, v_i2 - 1, v_i3 - 1],
+                    T.float32(0.0),
+                )
+        for nn, ff, yy, xx, rc, ry, rx in T.grid(1, 16, 28, 28, 1, 3, 3):
+            with T.sblock("group_conv2d_nchw"):
+                v_nn, v_ff, v_yy, v_xx, v_rc, v_ry, v_rx = T.axis.remap(
+                    "SSSSRRR", [nn, ff, yy, xx, rc, ry, rx]
+                )
+                T.reads(
+                    pad_temp[v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx], w[v_ff, v_rc, v_ry, v_rx]
+                )
+                T.writes(group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx])
+                with T.init():
+                    group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx] = T.float32(0.0)
+                group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx] = (
+                    group_conv2d_nchw[v_nn, v_ff, v_yy, v_xx]
+                    + pad_temp[v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx]
+                    * w[v_ff, v_rc, v_ry, v_rx]
+                )
+
+    @T.prim_func(s_tir=True, private=True)
+    def expected(
+        x: T.Buffer((1, 16, 28, 28), "float32"),
+        w: T.Buffer((16, 1, 3, 3), "float32"),
+        group_conv2d_nchw: T.Buffer((1, 16, 28, 28), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True, "tvm_hetero.op_kinds": ["conv2d"]})
+        # with T.sblock("root"):
+        pad_temp_shared = T.sblock_alloc_buffer((1, 16, 30, 30), scope="shared")
+        group_conv2d_nchw_local = T.sblock_alloc_buffer((1, 16, 28, 28), scope="local")
+        for nn_ff_0_yy_0_xx_0_fused in T.thread_binding(196, thread="blockIdx.x"):
+            for ax0_ax1_ax2_fused_0 in range(3):
+                for ax0_ax1_ax2_fused_1 in T.thread_binding(64, thread="threadIdx.x"):
+                    with T.sblock("pad_temp_shared"):
+                        v0 = T.axis.spatial(1, 0)
+                        v1 = T.axis.spatial(
+                            16,
+                            nn_ff_0_yy_0_xx_0_fused // 49 * 4
+                            + (ax0_ax1_ax2_fused_0 * 64 + ax0_ax1_ax2_fused_1) // 36,
+                        )
+                        v2 = T.axis.spatial(
+                            30,
+                            nn_ff_0_yy_0_xx_0_fused % 49 // 7 * 4
+                            + (ax0_ax1_ax2_fused_0 * 64 + ax0_ax1_ax2_fused_1) % 36 // 6,
+                        )
+                        v3 = T.axis.spatial(
+                            30,
+                            nn_ff_0_yy_0_xx_0_fused % 7 * 4
+                            + (ax0_ax1_ax2_fused_0 * 64 + ax0_ax1_ax2_fused_1) % 6,
+                        )
+                        T.where(ax0_ax1_ax2_fused_0 * 64 + ax0_ax1_ax2_fused_1 < 144)
+                        T.reads(x[v0, v1, v2 - 1, v3 - 1])
+                        T.writes(pad_temp_shared[v0, v1, v2, v3])
+                        pad_temp_shared[v0, v1, v2, v3] = T.if_then_else(
+                            1 <= v2 and v2 < 29 and 1 <= v3 and v3 < 29,
+                            x[v0, v1, v2 - 1, v3 - 1],
+                            T.float32(0.0),
+                        )
+            for ff_1_yy_1_xx_1_fused in T.thread_binding(64, thread="threadIdx.x"):
+                for yy_2_init in range(1):
+                    with T.sblock("group_conv2d_nchw_init"):
+                        v_nn = T.axis.spatial(1, 0)
+                        v_ff = T.axis.spatial(
+                            16, nn_ff_0_yy_0_xx_0_fused // 49 * 4 + ff_1_yy_1_xx_1_fused // 16
+                        )
+                        v_yy = T.axis.spatial(
+                            28,
+                            nn_ff_0_yy_0_xx_0_fused % 49 // 7 * 4
+                            + ff_1_yy_1_xx_1_fused % 16 // 4
+                            + yy_2_init,
+                        )
+                        v_xx = T.axis.spatial(
+                            28, nn_ff_0_yy_0_xx_0_fused % 7 * 4 + ff_1_yy_1_xx_1_fused % 4
+                        )
+                        T.reads()
+                        T.writes(group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx])
+                        group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx] = T.float32(0.0)
+                for rc in T.unroll(1):
+                    for ry in T.unroll(3):
+                        for rx in T.unroll(3):
+                            for yy_2 in T.unroll(1):
+                                with T.sblock("group_conv2d_nchw_update"):
+                                    v_nn = T.axis.spatial(1, 0)
+                                    v_ff = T.axis.spatial(
+                                        16,
+                                        nn_ff_0_yy_0_xx_0_fused // 49 * 4
+                                        + ff_1_yy_1_xx_1_fused // 16,
+                                    )
+                                    v_yy = T.axis.spatial(
+                                        28,
+                                        nn_ff_0_yy_0_xx_0_fused % 49 // 7 * 4
+                                        + ff_1_yy_1_xx_1_fused % 16 // 4
+                                        + yy_2,
+                                    )
+                                    v_xx = T.axis.spatial(
+                                        28,
+                                        nn_ff_0_yy_0_xx_0_fused % 7 * 4 + ff_1_yy_1_xx_1_fused % 4,
+                                    )
+                                    v_rc, v_ry, v_rx = T.axis.remap("RRR", [rc, ry, rx])
+                                    T.reads(
+                                        group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx],
+                                        pad_temp_shared[
+                                            v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx
+                                        ],
+                                        w[v_ff, v_rc, v_ry, v_rx],
+                                    )
+                                    T.writes(group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx])
+                                    group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx] = (
+                                        group_conv2d_nchw_local[v_nn, v_ff, v_yy, v_xx]
+                                        + pad_temp_shared[
+                                            v_nn, v_ff + v_rc, v_yy + v_ry, v_xx + v_rx
+                                        ]
+                                        * w[v_ff, v_rc, v_ry, v_rx]
+                                    )
+                with T.sblock("group_conv2d_nchw_local"):
+                    v0 = T.axis.spatial(1, 0)
+                    v1 = T.axis.spatial(
+                        16, nn_ff_0_yy_0_xx_0_fused // 49 * 4 + ff_1_yy_1_xx_1_fused // 16
+                    )
+                    v2 = T.axis.spatial(
+                        28, nn_ff_0_yy_0_xx_0_fused % 49 // 7 * 4 + ff_1_yy_1_xx_1_fused % 16 // 4
+                    )
+                    v3 = T.axis.spatial(
+                        28, nn_ff_0_yy_0_xx_0_fused % 7 * 4 + ff_1_yy_1_xx_1_fused % 4
+                    )
+                    T.reads(group_conv2d_nchw_local[v0, v1, v2, v3])
+                    T.writes(group_conv2d_nchw[v0, v1, v2, v3])
+                    group_conv2d_nchw[v0, v1, v2, v3] = group_conv2d_nchw_local[v0, v1, v2, v3]
+
+    check(WindowTiles(), before, expected, SM_90)
+    check_gpu_schedule(before, expected)
 
 
 def test_declines_an_ordinary_convolution():
