@@ -48,3 +48,20 @@ def scheduled_and_checked(func, target=None, rtol: float = 1e-5):
     got = run_kernel(scheduled, target, [a.copy() for a in args])
     np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * max(np.abs(want).max(), 1))
     return rule
+
+
+def depthwise_conv(channels: int, size: int, window: int, stride: int, epilogue: str):
+    """A fused depthwise convolution kernel as the ONNX import makes it (group conv, bias and
+    `epilogue`: ``clip`` (ReLU6) or ``silu``), with its op kinds."""
+    from tvm import te, topi
+
+    x = te.placeholder((1, channels, size, size), "float32", name="x")
+    w = te.placeholder((channels, 1, window, window), "float32", name="w")
+    b = te.placeholder((1, channels, 1, 1), "float32", name="b")
+    conv = topi.nn.group_conv2d_nchw(x, w, stride, window // 2, 1, channels)
+    y = topi.add(conv, b)
+    if epilogue == "clip":
+        y, ops = topi.minimum(topi.maximum(y, 0.0), 6.0), ["conv2d", "add", "maximum", "minimum"]
+    else:
+        y, ops = topi.multiply(y, topi.sigmoid(y)), ["conv2d", "add", "tir_sigmoid", "multiply"]
+    return te.create_prim_func([x, w, b, y]).with_attr("tvm_hetero.op_kinds", ops)

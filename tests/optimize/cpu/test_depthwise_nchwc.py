@@ -7,9 +7,15 @@ A schedule that changes on purpose: the test's failure prints the new one; read 
 rule's docstring and paste it over the expected function (``ruff format``).
 """
 
+import pytest
+import tvm
 from tvm.script import tirx as T
 
 from tvm_hetero.optimize.cpu.depthwise_nchwc import DepthwiseNCHWc
+from tvm_hetero.ops.conv2d_nchwc import depthwise_conv2d_nchwc
+from tvm_hetero.relax_ir import OP_KINDS_ATTR
+
+from tests.helpers.kernels import depthwise_conv, scheduled_and_checked
 from tests.helpers.schedules import blocked_depthwise, check, declines
 
 
@@ -261,3 +267,60 @@ def test_schedule_32x6x6():
 def test_declines_blocks_of_half_a_vector():
     # blocks of 8: half a vector
     assert declines(DepthwiseNCHWc(), blocked_depthwise(lanes=8))
+
+
+def _blocked_depthwise(channels: int, lanes: int, size: int, window: int, stride: int,
+                       epilogue: str):
+    """A fused depthwise convolution in the blocked layout NCHW[lanes]c as preparation writes
+    it (bias, then `epilogue`: ``clip`` (ReLU6) or ``silu``), with its op kinds."""
+    from tvm import te, topi
+
+    blocks = channels // lanes
+    x = te.placeholder((1, blocks, size, size, lanes), "float32", name="x")
+    w = te.placeholder((blocks, 1, window, window, 1, lanes), "float32", name="w")
+    b = te.placeholder((1, blocks, 1, 1, lanes), "float32", name="b")
+    pad = window // 2
+    y = topi.add(depthwise_conv2d_nchwc(x, w, (stride, stride), (pad,) * 4, (1, 1)), b)
+    if epilogue == "clip":
+        y, ops = topi.minimum(topi.maximum(y, 0.0), 6.0), ["conv2d", "add", "maximum", "minimum"]
+    else:
+        y, ops = topi.multiply(y, topi.sigmoid(y)), ["conv2d", "add", "tir_sigmoid", "multiply"]
+    return te.create_prim_func([x, w, b, y]).with_attr(OP_KINDS_ATTR, ops)
+
+
+@pytest.mark.parametrize("mcpu, lanes", [("znver4", 16), ("haswell", 8)])
+@pytest.mark.parametrize("size, window, stride, epilogue", [
+    (56, 3, 2, "clip"),  # MobileNetV2's stride-2 layers: NCHW rows gave half-empty vectors
+    (14, 3, 1, "clip"),  # rows of 14: too narrow for depthwise-rows
+    (7, 5, 1, "silu"),  # EfficientNet's 5x5 on 7x7
+])
+def test_depthwise_nchwc_schedules_blocked_depthwise_convolutions_right(
+        mcpu, lanes, size, window, stride, epilogue):
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+    func = _blocked_depthwise(48, lanes, size, window, stride, epilogue)
+    assert scheduled_and_checked(func, target) == "depthwise-nchwc"
+
+
+@pytest.mark.parametrize("height, width, tile", [
+    (112, 112, (1, 4)), (28, 28, (1, 4)), (14, 14, (2, 2)),
+    (7, 7, (1, 7)),  # 4 accumulators would be 1 x 1 on a prime width: 1 x 7
+    (1, 3, (1, 3)),  # a row smaller than the tile: all of it
+])
+def test_a_depthwise_tile_holds_about_four_accumulators(height, width, tile):
+    from tvm_hetero.optimize.cpu.depthwise_nchwc import small_depthwise_tile
+
+    assert small_depthwise_tile(height, width) == tile
+
+
+def test_depthwise_nchwc_pads_per_task_in_whole_vectors_and_declines_other_blocks():
+    from tvm import s_tir, tirx
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    scheduled = DepthwiseNCHWc().apply(_blocked_depthwise(32, 16, 28, 3, 2, "clip"), target)
+    sch = s_tir.Schedule(scheduled)
+    pad_loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("pad"))]
+    assert pad_loops[0].kind == tirx.ForKind.PARALLEL  # in the tasks
+    assert pad_loops[-1].kind == tirx.ForKind.VECTORIZED and int(pad_loops[-1].extent) == 16
+    # 8-lane blocks are no vector of an AVX-512 target; NCHW depthwise is depthwise-rows'
+    assert DepthwiseNCHWc().apply(_blocked_depthwise(32, 8, 28, 3, 2, "clip"), target) is None
+    assert DepthwiseNCHWc().apply(depthwise_conv(32, 56, 3, 1, "clip"), target) is None
