@@ -1,17 +1,27 @@
-"""The ``column-gemv`` rule (``tvm_hetero/optimize/gpu/column_gemv.py``) on a batch-1 matrix-vector
-product on [reduction, output] weights: its schedule at two shapes, the kernel before and the
-schedule expected written out in TVMScript and compared with ``tvm.ir.assert_structural_equal`` (as
-TVM's dlight tests check theirs), and a kernel outside its preconditions that it declines.
+"""The ``column-gemv`` GPU rule (``tvm_hetero/optimize/gpu/column_gemv.py``) on batch-1 dense
+layers over [reduction, output] weights: it fills the SMs where dlight's Reduction does not, its
+configuration, what it declines; its schedule at two shapes, the kernel before and the schedule
+expected written out in TVMScript and compared with ``tvm.ir.assert_structural_equal`` and run
+emulated on the CPU against the kernel.
 
 A schedule that changes on purpose: the test's failure prints the new one; read it against the
 rule's docstring and paste it over the expected function (``ruff format``).
 """
 
+import pytest
+import tvm
 from tvm.script import tirx as T
 
-from tvm_hetero.optimize.gpu.column_gemv import ColumnGemv
+from tvm_hetero.optimize.gpu.column_gemv import ColumnGemv, choose_config
+from tvm_hetero.optimize.gpu.dlight import DlightRule
+from tvm_hetero.target import cuda_target
+from tvm_hetero.testing.gpu_census import launch_shape
 from tvm_hetero.testing.gpu_emulation import check_gpu_schedule
-from tests.helpers.schedules import SM_90, check, declines, dense_row
+
+from tests.helpers import reduction_kernels as K
+from tests.helpers.schedules import check, declines, dense_row
+
+SM_90 = tvm.target.Target(cuda_target("sm_90"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,3 +170,35 @@ def test_schedule_2048(sm_90_from_the_table):
 def test_declines_row_reductions():
     # [output, reduction] weights: a row reduction (dlight's GEMV)
     assert declines(ColumnGemv(), dense_row())
+
+
+def test_column_gemv_fills_the_sms_with_a_batch_1_dense():
+    # mlp_b1's 4096 -> 2048 dense: dlight's Reduction launches 128 blocks of 16 x 16
+    func = K.dense(4096, 2048, "KN")
+    before, _ = launch_shape(DlightRule("gpu", "Reduction").apply(func, SM_90))
+    assert before < K.SMS
+    scheduled = ColumnGemv().apply(func, SM_90)
+    _, blocks = K.checked(func, scheduled)
+    assert blocks >= K.SMS
+
+
+def test_column_gemv_declines_row_reductions_and_other_kernels():
+    assert ColumnGemv().apply(K.dense(512, 256, "NK"), SM_90) is None
+    assert ColumnGemv().apply(K.elementwise(), SM_90) is None
+    assert ColumnGemv().apply(K.softmax(2, 128), SM_90) is None
+    # no SM count for the arch: not this rule's (dlight's Reduction takes it)
+    unknown = tvm.target.Target({"kind": "cuda", "arch": "sm_52"})
+    assert ColumnGemv().apply(K.dense(512, 256, "KN"), unknown) is None
+
+
+def test_choose_config_keeps_a_sector_per_warp_and_a_block_per_sm():
+    config = choose_config(2048, 2048, 4096, 4, 132, 1024)
+    assert config.blocks >= 132 and config.outputs * 4 >= 32
+    assert config.outputs * config.lanes <= 1024
+    # few outputs: the most blocks, still whole sectors
+    small = choose_config(64, 64, 4096, 4, 132, 1024)
+    assert small.outputs == 8 and small.blocks == 8
+    # a short reduction: lanes of 8 elements at least
+    assert choose_config(1024, 1024, 128, 4, 132, 1024).lanes <= 16
+    with pytest.raises(ValueError):
+        choose_config(0, 1, 4096, 4, 132, 1024)

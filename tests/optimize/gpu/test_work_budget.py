@@ -1,17 +1,23 @@
-"""The ``work-budget`` wrapper (``tvm_hetero/optimize/gpu/work_budget.py``) around dlight's
-GPU ``Reduction``: a schedule within 1.3x the kernel's work kept unchanged at two shapes (the
-kernel before and the schedule expected written out in TVMScript, compared with
-``tvm.ir.assert_structural_equal``), a schedule over it declined.
+"""The ``work-budget`` wrapper (``tvm_hetero/optimize/gpu/work_budget.py``) around dlight's GPU
+rules: a schedule within 1.3x the kernel's work kept unchanged (dlight's Reduction at two shapes,
+the kernel before and the schedule expected written out in TVMScript, compared with
+``tvm.ir.assert_structural_equal``), a schedule over it declined (padded lanes).
 
 A schedule that changes on purpose (a TVM upgrade): the test's failure prints the new one; paste
 it over the expected function (``ruff format``).
 """
 
+import tvm
 from tvm.script import tirx as T
 
 from tvm_hetero.optimize.gpu import DlightRule
 from tvm_hetero.optimize.gpu.work_budget import WorkBudget, work_ratio
-from tests.helpers.schedules import SM_90, check, declines, mean_over_pixels, schedule
+from tvm_hetero.target import cuda_target
+
+from tests.helpers import reduction_kernels as K
+from tests.helpers.schedules import check, declines, mean_over_pixels, schedule
+
+SM_90 = tvm.target.Target(cuda_target("sm_90"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,3 +168,15 @@ def test_declines_a_schedule_over_its_work():
     rule = DlightRule("gpu", "Reduction")
     assert work_ratio(func, schedule(rule, func, SM_90)) > 1.3
     assert declines(WorkBudget(rule), func, SM_90)
+
+
+def test_work_budget_declines_dlights_padded_schedules_only():
+    gemv = DlightRule("gpu", "GEMV")
+    excite = K.excite(10, 240, 14, "sigmoid")
+    assert work_ratio(excite, gemv.apply(excite, SM_90)) > 1.3  # lanes of 32 for 10 channels
+    assert WorkBudget(gemv).apply(excite, SM_90) is None
+    large = K.dense(4096, 1024, "NK")  # a row GEMV dlight does right
+    scheduled = WorkBudget(gemv).apply(large, SM_90)
+    assert scheduled is not None and work_ratio(large, scheduled) <= 1.3
+    assert WorkBudget(gemv).fingerprint() != gemv.fingerprint()
+    assert WorkBudget(gemv).name == gemv.name
