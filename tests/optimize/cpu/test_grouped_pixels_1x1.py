@@ -1,6 +1,13 @@
 """Grouped 1x1 convolutions (ShuffleNet's pointwise layers): preparation's per-group form over
-the pixels padded to whole vectors (``tvm_hetero.ops.grouped_conv1x1``) and the
-``grouped-pixels-1x1`` rule that schedules it, checked against TVM's own grouped convolution."""
+the pixels padded to whole vectors (``tvm_hetero.ops.grouped_conv1x1``) scheduled by the
+``grouped-pixels-1x1`` rule (``tvm_hetero/optimize/cpu/grouped_pixels_1x1.py``), checked against
+TVM's own grouped convolution; then the rule's schedule at two shapes, the kernel before and the
+schedule expected written out in TVMScript and compared with ``tvm.ir.assert_structural_equal``,
+and a kernel it declines.
+
+A schedule that changes on purpose: the test's failure prints the new one; read it against the
+rule's docstring and paste it over the expected function (``ruff format``).
+"""
 
 import json
 
@@ -103,29 +110,6 @@ def test_grouped_pixels_1x1_declines_a_compute_padded_for_narrower_vectors():
     # 14 x 14 pixels padded to 200 (8 lanes): no whole 16-lane vectors
     assert GroupedPixels1x1().apply(_kernel(32, 14, 4, 8), target) is None
     assert GroupedPixels1x1().apply(_kernel(32, 14, 4, 16), target) is not None
-
-
-@pytest.mark.parametrize("data, weight, groups, strides, padding, fits", [
-    ((1, 136, 28, 28), (136, 34, 1, 1), 4, (1, 1), (0, 0, 0, 0), True),
-    ((1, 136, 28, 28), (136, 1, 1, 1), 136, (1, 1), (0, 0, 0, 0), False),  # depthwise
-    ((1, 136, 28, 28), (136, 136, 1, 1), 1, (1, 1), (0, 0, 0, 0), False),  # not grouped
-    ((1, 136, 28, 28), (136, 34, 3, 3), 4, (1, 1), (1, 1, 1, 1), False),  # 3x3
-    ((1, 136, 28, 28), (136, 34, 1, 1), 4, (2, 2), (0, 0, 0, 0), False),  # strided
-])
-def test_grouped_conv1x1_fits_only_grouped_1x1_stride_1_convolutions(
-        data, weight, groups, strides, padding, fits):
-    assert grouped_conv1x1.fits(data, weight, groups, strides, padding, (1, 1),
-                                ("float32",) * 3) is fits
-
-
-def test_grouped_conv1x1_does_not_fit_run_time_shapes_or_other_dtypes():
-    batch = tvm.tirx.Var("n", "int64")
-    assert not grouped_conv1x1.fits((batch, 8, 4, 4), (8, 4, 1, 1), 2, (1, 1), (0,) * 4,
-                                    (1, 1), ("float32",) * 3)
-    for dtypes in [("float16",) * 3, ("float32", "float16", "float32"),
-                   ("float32", "float32", "float16")]:  # data, weight, output
-        assert not grouped_conv1x1.fits((1, 8, 4, 4), (8, 4, 1, 1), 2, (1, 1), (0,) * 4,
-                                        (1, 1), dtypes)
 
 
 def _grouped_windowed(in_channels, out_channels, size, window, groups):
