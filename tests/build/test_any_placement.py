@@ -78,8 +78,8 @@ def check_placement(data, name: str) -> None:
                                f"{placement.assignment} on {order}")
 
 
-# the light graphs' random placements in the default run: test_build's (bvlc_alexnet) and
-# test_optimize's (squeezenet); here with the slow variants
+# the light graphs' random placements in the default run: build/test_compile.py's (bvlc_alexnet)
+# and optimize/test_pass.py's (squeezenet); here with the slow variants
 @pytest.mark.parametrize("name", ZOO)
 @settings(max_examples=4, **COMMON)
 @given(data=st.data())

@@ -27,7 +27,8 @@ def check_outputs(compiled, model, inputs, reference):
     assert error < TOLERANCE, (error, placed)
 
 
-# resnet (34 s) is slow: test_properties places the zoo's resnet at random in the default run
+# resnet (34 s) is slow: build/test_any_placement.py places the zoo's resnet at random in the
+# default run
 @pytest.mark.parametrize("name", ["mlp", "cnn", pytest.param("resnet", marks=pytest.mark.slow),
                                   "transformer"])
 def test_random_placements_match_single_device_and_onnxruntime(name, cpu_devices):
@@ -52,7 +53,7 @@ SLOW = pytest.mark.slow
 @pytest.mark.parametrize("name, placements", [
     ("bvlc_alexnet", 2),
     # 39 s and 49 s on the 2-core machine: slow; the default run checks both against
-    # onnxruntime in test_optimize, on the builds the tests of their rules share
+    # onnxruntime in optimize/test_pass.py, on the builds the tests of their rules share
     pytest.param("squeezenet", 3, marks=SLOW),
     *[pytest.param(name, 2, marks=SLOW) for name in
       ["resnet50", "vgg19", "zfnet512", "inception_v1", "inception_v2", "densenet121",
@@ -61,8 +62,8 @@ SLOW = pytest.mark.slow
 def test_real_onnx_graphs_random_placements(name, placements, cpu_devices):
     """The onnx package's real graphs (seeded random weights), random placements, against
     onnxruntime. AlexNet by default; the others with -m slow (SqueezeNet's three placements
-    take 39 s, ResNet-50's two 49 s). In the default run test_optimize checks SqueezeNet (all
-    on cpu and a random placement) and ResNet-50 (all on cpu) against onnxruntime too."""
+    take 39 s, ResNet-50's two 49 s). In the default run optimize/test_pass.py checks SqueezeNet
+    (all on cpu and a random placement) and ResNet-50 (all on cpu) against onnxruntime too."""
     onnx_model = light_model(name)
     model = th.load_model(onnx_model, name=name)
     layers = th.extract_layers(model)

@@ -69,3 +69,19 @@ def conv_chain(channels: int, size: int):
              helper.make_node("Add", ["c2", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
     graph = helper.make_graph(nodes, "conv_chain", [x], [y], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def conv1x1_residual_onnx(stride: int):
+    """An ONNX 1x1 convolution (16 -> 32 channels, `stride`) with a residual add and ReLU."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    size = 8 // stride
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])
+    r = helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 32, size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, size, size])
+    weight = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((32, 16, 1, 1)).astype("float32"), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], strides=[stride, stride]),
+             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    graph = helper.make_graph(nodes, "conv1x1_residual", [x, r], [y], [weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -9,7 +9,10 @@ rule's docstring and paste it over the expected function (``ruff format``).
 
 from tvm.script import tirx as T
 
+import tvm_hetero as th
 from tvm_hetero.optimize.cpu.blocked_nchwc import BlockedNCHWc
+
+from tests.helpers.models import conv1x1_residual_onnx
 from tests.helpers.schedules import blocked_conv, check, declines
 
 
@@ -248,3 +251,15 @@ def test_schedule_16x6x6_to_16():
 def test_declines_blocks_of_half_a_vector():
     # blocks of 8: half a vector
     assert declines(BlockedNCHWc(), blocked_conv(lanes=8, out_blocks=2))
+
+
+def test_the_blocked_rule_declines_nchw_convolutions(cpu_devices):
+    import tvm
+
+    from tvm_hetero.layers.layered import layered_module
+    from tvm_hetero.optimize.cpu import BlockedNCHWc
+
+    model = th.load_model(conv1x1_residual_onnx(1), name="conv1x1_residual")
+    (func,) = [f for _, f in layered_module(model).functions_items()
+               if isinstance(f, tvm.tirx.PrimFunc)]
+    assert BlockedNCHWc().apply(func, cpu_devices["cpu"].tvm_target()) is None

@@ -7,9 +7,11 @@ A schedule that changes on purpose: the test's failure prints the new one; read 
 rule's docstring and paste it over the expected function (``ruff format``).
 """
 
+import re
 from tvm.script import tirx as T
 
 from tvm_hetero.optimize.cpu.concat_copies import ConcatCopies
+
 from tests.helpers.schedules import add_multiply, check, declines
 
 
@@ -146,3 +148,49 @@ def test_schedule_16_48_of_14x14():
 def test_declines_no_concatenation():
     # an elementwise kernel: no concatenation
     assert declines(ConcatCopies(), add_multiply())
+
+
+def test_a_concatenation_is_one_parallel_copy_per_input(cpu_devices):
+    import numpy as np
+    import tvm
+
+    from tvm_hetero.optimize.cpu import ConcatCopies
+
+    @T.prim_func(private=True, s_tir=True)
+    def concat(a: T.Buffer((1, 64, 55, 55), "float32"), b: T.Buffer((1, 32, 55, 55), "float32"),
+               c: T.Buffer((1, 16, 55, 55), "float32"), y: T.Buffer((1, 112, 55, 55), "float32")):
+        T.func_attr({"tvm_hetero.op_kinds": ["concatenate"]})
+        for n, ch, h, w in T.grid(1, 112, 55, 55):
+            with T.sblock("concat"):
+                vn, vc, vh, vw = T.axis.remap("SSSS", [n, ch, h, w])
+                y[vn, vc, vh, vw] = T.if_then_else(
+                    96 <= vc, c[vn, vc - 96, vh, vw],
+                    T.if_then_else(64 <= vc, b[vn, vc - 64, vh, vw], a[vn, vc, vh, vw]))
+
+    target = cpu_devices["cpu"].tvm_target()
+    scheduled = ConcatCopies().apply(concat, target)
+    script = scheduled.script()
+    # one parallel loop per input (channels 0-64, 64-96, 96-112), each over whole planes
+    assert re.findall(r"in T.parallel\(([^)]*)\):\n\s+for \w+ in range\((\d+)\)", script) \
+        == [("64", "3025"), ("64, 96", "3025"), ("96, 112", "3025")], script
+    lib = tvm.tirx.build(tvm.IRModule({"main": scheduled.with_attr("global_symbol", "main")}),
+                         target=target)
+    rng = np.random.default_rng(0)
+    parts = [rng.standard_normal((1, ch, 55, 55)).astype("float32") for ch in (64, 32, 16)]
+    out = tvm.runtime.tensor(np.zeros((1, 112, 55, 55), "float32"))
+    lib["main"](*[tvm.runtime.tensor(p) for p in parts], out)
+    np.testing.assert_array_equal(out.numpy(), np.concatenate(parts, axis=1))
+    assert ConcatCopies().apply(_elementwise_add(), target) is None  # not a concatenation
+
+
+def _elementwise_add():
+    @T.prim_func(private=True, s_tir=True)
+    def add(a: T.Buffer((64, 64), "float32"), b: T.Buffer((64, 64), "float32"),
+            y: T.Buffer((64, 64), "float32")):
+        T.func_attr({"tvm_hetero.op_kinds": ["add"]})
+        for i, j in T.grid(64, 64):
+            with T.sblock("add"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                y[vi, vj] = a[vi, vj] + b[vi, vj]
+
+    return add

@@ -11,8 +11,8 @@ import pytest
 import tvm
 from tvm.script import tirx as T
 
-from tvm_hetero.optimize.cpu.depthwise_nchwc import DepthwiseNCHWc
 from tvm_hetero.ops.conv2d_nchwc import depthwise_conv2d_nchwc
+from tvm_hetero.optimize.cpu.depthwise_nchwc import DepthwiseNCHWc
 from tvm_hetero.relax_ir import OP_KINDS_ATTR
 
 from tests.helpers.kernels import depthwise_conv, scheduled_and_checked

@@ -10,12 +10,11 @@ rule's docstring and paste it over the expected function (``ruff format``).
 """
 
 import json
-
 import numpy as np
 import pytest
 import tvm
-from tvm.script import tirx as T
 from tvm import relax
+from tvm.script import tirx as T
 
 import tvm_hetero as th
 from tvm_hetero.ops import grouped_conv1x1

@@ -10,6 +10,7 @@ rule's docstring and paste it over the expected function (``ruff format``).
 from tvm.script import tirx as T
 
 from tvm_hetero.optimize.cpu.layout_copies import LayoutCopies
+
 from tests.helpers.schedules import add_multiply, check, declines
 
 

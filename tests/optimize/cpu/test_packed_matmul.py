@@ -2,7 +2,6 @@
 applies to its shapes and computes the right numbers; what it declines goes on down the table."""
 
 import math
-
 import numpy as np
 import pytest
 from tvm.script import tirx as T
@@ -12,10 +11,10 @@ from tvm_hetero import optimize
 from tvm_hetero.devices import host_cpu_name
 from tvm_hetero.optimize.cpu import PACKED_WEIGHTS_ATTR
 from tvm_hetero.optimize.cpu.fast_math import fast_math
+from tvm_hetero.optimize.cpu.packed_matmul import PackedMatmul
 from tvm_hetero.target import vector_lanes
 
 from tests.helpers.models import zoo
-from tvm_hetero.optimize.cpu.packed_matmul import PackedMatmul
 from tests.helpers.schedules import check, declines, matmul_bias
 
 

@@ -7,9 +7,12 @@ A schedule that changes on purpose: the test's failure prints the new one; read 
 rule's docstring and paste it over the expected function (``ruff format``).
 """
 
+import numpy as np
 from tvm.script import tirx as T
 
+import tvm_hetero as th
 from tvm_hetero.optimize.cpu.packed_weights import PackedWeights
+
 from tests.helpers.schedules import check, conv3x3, declines
 
 
@@ -252,3 +255,28 @@ def test_schedule_3x6x6_to_16():
 def test_declines_no_whole_vector():
     # 10 output channels: no whole vector
     assert declines(PackedWeights(), conv3x3(10))
+
+
+def _rgb_conv(size: int):
+    """SqueezeNet's first convolution: 3 -> 64 channels, 3x3, stride 2, on size x size."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(0).standard_normal((64, 3, 3, 3)).astype("float32")
+    out = (size - 3) // 2 + 1
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2])], "rgb_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, out, out])],
+        [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return th.load_model(model, name=f"rgb_conv{size}")
+
+
+def test_a_short_window_reduction_is_packed_only_where_tiled_lanes_would_be_ragged(
+        cpu_devices, prepare_for_devices):
+    # NCHW (the blocked layout off): 3x3 over RGB, 27 multiply-adds per output
+    prepare_for_devices(blocked_layout=False)
+    rules = th.build(_rgb_conv(224), "all:cpu", cpu_devices).stats.rules
+    assert list(rules.values()) == ["packed-weights"]  # 111 columns: tiled would get 3 lanes
+    rules = th.build(_rgb_conv(65), "all:cpu", cpu_devices).stats.rules
+    assert list(rules.values()) == ["tiled"]  # 32 columns: whole vectors

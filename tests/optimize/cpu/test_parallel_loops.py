@@ -7,9 +7,11 @@ A schedule that changes on purpose: the test's failure prints the new one; read 
 rule's docstring and paste it over the expected function (``ruff format``).
 """
 
+import re
 from tvm.script import tirx as T
 
 from tvm_hetero.optimize.cpu.parallel_loops import ParallelLoops
+
 from tests.helpers.schedules import add_multiply, check, declines
 
 
@@ -107,3 +109,22 @@ def test_schedule_512x100():
 def test_declines_too_small_for_the_thread_pool():
     # 4 x 4: too small for the thread pool
     assert declines(ParallelLoops(), add_multiply(4, 4))
+
+
+def test_parallel_loops_keeps_the_innermost_loop_of_an_elementwise_kernel_apart():
+    import tvm
+
+    from tvm_hetero.optimize.cpu import ParallelLoops
+
+    @T.prim_func(private=True, s_tir=True)
+    def concat(a: T.Buffer((1, 64, 55, 55), "float32"), b: T.Buffer((1, 64, 55, 55), "float32"),
+               y: T.Buffer((1, 128, 55, 55), "float32")):
+        for n, c, h, w in T.grid(1, 128, 55, 55):
+            with T.sblock("concat"):
+                vn, vc, vh, vw = T.axis.remap("SSSS", [n, c, h, w])
+                y[vn, vc, vh, vw] = T.if_then_else(64 <= vc, b[vn, vc - 64, vh, vw],
+                                                   a[vn, vc, vh, vw])
+
+    script = ParallelLoops().apply(concat, tvm.target.Target({"kind": "llvm"})).script()
+    # rows in parallel; each row's 55 columns one inner loop (no index division per element)
+    assert re.search(r"in T.parallel\(7040\):\n\s+for \w+ in range\(55\):", script), script

@@ -7,9 +7,14 @@ A schedule that changes on purpose: the test's failure prints the new one; read 
 rule's docstring and paste it over the expected function (``ruff format``).
 """
 
+import pytest
 from tvm.script import tirx as T
 
+import tvm_hetero as th
 from tvm_hetero.optimize.cpu.pixel_lanes_1x1 import PixelLanes1x1
+from tvm_hetero.testing import max_relative_error
+
+from tests.helpers.models import conv1x1_residual_onnx
 from tests.helpers.schedules import check, conv1x1_residual, declines
 
 
@@ -220,3 +225,17 @@ def test_schedule_8x8x8_to_16():
 def test_declines_a_3x3_window():
     # a 3 x 3 window
     assert declines(PixelLanes1x1(), conv1x1_residual(3))
+
+
+@pytest.mark.parametrize("stride, rule", [(1, "pixel-lanes-1x1"), (2, "packed-weights")])
+def test_a_1x1_convolution_with_a_residual_add_takes_pixel_lanes(stride, rule, cpu_devices):
+    import onnxruntime as ort
+
+    onnx_model = conv1x1_residual_onnx(stride)
+    model = th.load_model(onnx_model, name="conv1x1_residual")
+    compiled = th.build(model, "all:cpu", cpu_devices)
+    assert list(compiled.stats.rules.values()) == [rule]  # strided: the pixels are not a row
+    inputs = model.random_inputs(seed=2)
+    expected = ort.InferenceSession(onnx_model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, inputs)
+    assert max_relative_error(compiled.run(inputs), expected) < 1e-5

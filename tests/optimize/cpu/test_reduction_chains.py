@@ -2,14 +2,14 @@
 package's LayerNormalization written out over the last axis (E[x^2] - E[x]^2, the mean of x
 from another kernel), right against the case's own outputs."""
 
-import warnings
-
 import numpy as np
 import pytest
+import warnings
 from tvm.script import tirx as T
 
 import tvm_hetero as th
 from tvm_hetero.optimize.cpu.reduction_chains import ReductionChains
+
 from tests.helpers.schedules import check, declines, softmax
 
 

@@ -8,8 +8,9 @@ import tvm
 from tvm.script import tirx as T
 
 import tvm_hetero as th
-from tvm_hetero.testing import max_relative_error, suite
 from tvm_hetero.optimize.cpu.row_reductions import RowReductions
+from tvm_hetero.testing import max_relative_error, suite
+
 from tests.helpers.schedules import add_multiply, check, declines
 
 

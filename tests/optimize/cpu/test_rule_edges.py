@@ -13,9 +13,8 @@
 """
 
 import dataclasses
-import os
-
 import numpy as np
+import os
 import pytest
 
 import tvm_hetero as th

@@ -7,9 +7,13 @@ A schedule that changes on purpose: the test's failure prints the new one; read 
 rule's docstring and paste it over the expected function (``ruff format``).
 """
 
+import re
 from tvm.script import tirx as T
 
+import tvm_hetero as th
 from tvm_hetero.optimize.cpu.split_k_gemv import SplitKGemv
+
+from tests.helpers.models import zoo
 from tests.helpers.schedules import check, declines, gemv
 
 
@@ -141,3 +145,42 @@ def test_schedule_2048():
 def test_declines_a_small_weight():
     # a weight under 1M elements
     assert declines(SplitKGemv(), gemv(64))
+
+
+def _gemv(k: int, n: int):
+    @T.prim_func(private=True, s_tir=True)
+    def gemv(x: T.Buffer((1, k), "float32"), w: T.Buffer((k, n), "float32"),
+             y: T.Buffer((1, n), "float32")):
+        T.func_attr({"tvm_hetero.op_kinds": ["matmul"]})
+        for i, j, r in T.grid(1, n, k):
+            with T.sblock("matmul"):
+                vi, vj, vr = T.axis.remap("SSR", [i, j, r])
+                with T.init():
+                    y[vi, vj] = T.float32(0)
+                y[vi, vj] = y[vi, vj] + x[vi, vr] * w[vr, vj]
+
+    return gemv
+
+
+def test_a_large_matrix_vector_product_is_split_along_its_reduction(cpu_devices):
+    import numpy as np
+    import tvm
+
+    from tvm_hetero.optimize.cpu import SplitKGemv
+
+    target = cpu_devices["cpu"].tvm_target()
+    scheduled = SplitKGemv().apply(_gemv(2048, 1024), target)
+    # 8 parallel slices of 256 weight rows, each row walked whole (the outputs innermost)
+    assert re.search(r"in T.parallel\(8\):(.|\n)*for \w+, \w+ in T.grid\(256, 1024\):",
+                     scheduled.script()), scheduled.script()
+    lib = tvm.tirx.build(tvm.IRModule({"main": scheduled.with_attr("global_symbol", "main")}),
+                         target=target)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2048)).astype("float32")
+    w = rng.standard_normal((2048, 1024)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((1, 1024), "float32"))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), out)
+    np.testing.assert_allclose(out.numpy(), x.astype("float64") @ w, rtol=1e-4, atol=1e-4)
+    assert SplitKGemv().apply(_gemv(2048, 10), target) is None  # 80 KB: stays in cache, tiled
+    assert th.build(zoo("cnn"), "all:cpu", cpu_devices).stats.rules["fused_matmul_add2"] \
+        == "tiled"

@@ -9,7 +9,10 @@ rule's docstring and paste it over the expected function (``ruff format``).
 
 from tvm.script import tirx as T
 
+import tvm_hetero as th
 from tvm_hetero.optimize.cpu.tiled import Tiled
+
+from tests.helpers.models import zoo_direct
 from tests.helpers.schedules import check, declines, matmul_bias
 
 
@@ -160,3 +163,43 @@ def test_schedule_48x16x64():
 def test_declines_a_transposed_weight():
     # [output, reduction] weights
     assert declines(Tiled(), matmul_bias(32, 8, 32, transpose_weight=True))
+
+
+def test_tiled_declines_a_weight_it_would_gather():
+    import tvm
+    from tvm.script import tirx as T
+
+    from tvm_hetero.optimize.cpu import Tiled
+
+    def dense(weight_transposed: bool):
+        w_shape = (32, 64) if weight_transposed else (64, 32)
+
+        @T.prim_func(private=True, s_tir=True)
+        def func(x: T.Buffer((8, 64), "float32"), w: T.Buffer(w_shape, "float32"),
+                 y: T.Buffer((8, 32), "float32")):
+            for i, j, k in T.grid(8, 32, 64):
+                with T.sblock("dense"):
+                    vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                    with T.init():
+                        y[vi, vj] = T.float32(0)
+                    if weight_transposed:  # a Python bool: TVMScript keeps one branch
+                        y[vi, vj] = y[vi, vj] + x[vi, vk] * w[vj, vk]
+                    else:
+                        y[vi, vj] = y[vi, vj] + x[vi, vk] * w[vk, vj]
+
+        return func
+
+    target = tvm.target.Target({"kind": "llvm"})
+    assert Tiled().apply(dense(True), target) is None  # lanes along j would stride through w
+    assert "T.vectorized" in Tiled().apply(dense(False), target).script()
+
+
+def test_a_residual_add_goes_to_the_tiled_rule_where_it_gets_whole_vectors(cpu_devices):
+    rules = th.build(zoo_direct("resnet"), "all:cpu", cpu_devices).stats.rules
+    # the same 3x3 convolutions (32 and 16 columns), with and without the residual add
+    assert rules["fused_conv2d1_add_add1_relu"] == rules["fused_conv2d3_add2_add3_relu1"] \
+        == "tiled"
+    # without it: 32 channels are packed; 16 channels, one vector, go to tiled (a packed
+    # tile of one channel vector loads 17 vectors per 16 multiply-adds)
+    assert rules["fused_conv2d3_add2_relu1"] == "packed-weights"
+    assert rules["fused_conv2d1_add_relu"] == "tiled"

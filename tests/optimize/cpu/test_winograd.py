@@ -8,9 +8,13 @@ A schedule that changes on purpose: the test's failure prints the new one; read 
 rule's docstring and paste it over the expected function (``ruff format``).
 """
 
+import re
 from tvm.script import tirx as T
 
+from tvm_hetero import optimize
 from tvm_hetero.optimize.cpu.winograd import Winograd
+
+from tests.helpers.models import zoo
 from tests.helpers.schedules import blocked_conv, check, declines, loops, schedule, winograd_conv
 
 
@@ -571,3 +575,29 @@ def test_declines_a_direct_convolution():
 def test_declines_a_single_tile():
     # one tile: raised in reorder before
     assert declines(Winograd(), winograd_conv(4))
+
+
+def test_a_winograd_kernel_is_one_parallel_loop_with_its_epilogue_inlined(cpu_devices):
+    import tvm
+
+    from tvm_hetero.layers.layered import layered_module
+    from tvm_hetero.optimize.cpu import Winograd, is_winograd
+
+    target = cpu_devices["cpu"].tvm_target()
+    mod = layered_module(zoo("resnet"))
+    kernels = {gv.name_hint: func for gv, func in mod.functions_items()
+               if isinstance(func, tvm.tirx.PrimFunc) and is_winograd(func)}
+    # the 3x3 stride-1 convolutions, two with a residual add
+    assert sorted(kernels) == ["fused_conv2d1_add_add1_relu", "fused_conv2d1_add_relu",
+                               "fused_conv2d3_add2_add3_relu1", "fused_conv2d3_add2_relu1"]
+    for func in kernels.values():
+        scheduled, rule = optimize.optimize_function(func.with_attr("target", target), target)
+        assert rule == "winograd"
+        text = scheduled.script()
+        assert text.count("T.parallel(") == 1  # one task per row of output tiles
+        # the bias, residual and relu written with the output, not blocks of their own
+        assert not re.search(r'T\.sblock\("T_(add|relu)', text)
+        assert re.search(r"T\.vectorized\((T\.int64\()?16", text)
+    # a direct convolution is not the rule's
+    direct = mod["fused_conv2d2_add2_relu1"]
+    assert not is_winograd(direct) and Winograd().apply(direct, target) is None

@@ -10,6 +10,7 @@ it over the expected function (``ruff format``).
 from tvm.script import tirx as T
 
 from tvm_hetero.optimize.gpu import DlightRule
+
 from tests.helpers.schedules import CUDA, check, declines, exponential
 
 

@@ -10,10 +10,11 @@ rule's docstring and paste it over the expected function (``ruff format``).
 
 from tvm.script import tirx as T
 
-from tvm_hetero.optimize.gpu.injective_stages import InjectiveStages
-from tvm_hetero.testing.gpu_emulation import check_gpu_schedule
 from tvm_hetero.optimize.gpu import DlightRule
+from tvm_hetero.optimize.gpu.injective_stages import InjectiveStages
 from tvm_hetero.optimize.gpu.work_budget import work_ratio
+from tvm_hetero.testing.gpu_emulation import check_gpu_schedule
+
 from tests.helpers.schedules import SM_90, add_multiply, check, declines, schedule, softmax
 
 

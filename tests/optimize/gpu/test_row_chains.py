@@ -22,6 +22,7 @@ from tvm_hetero.optimize.pass_ import optimize_function
 from tvm_hetero.target import cuda_target
 from tvm_hetero.testing.gpu_emulation import check_gpu_schedule
 from tvm_hetero.testing.scheduled import estimated_flops
+
 from tests.helpers import reduction_kernels as K
 from tests.helpers.schedules import check, declines, gemv
 

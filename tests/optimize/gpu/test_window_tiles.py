@@ -6,8 +6,8 @@ the unscheduled kernel computes."""
 
 import pytest
 import tvm
-from tvm.script import tirx as T
 import tvm_ffi
+from tvm.script import tirx as T
 
 from tvm_hetero import optimize
 from tvm_hetero.optimize.gpu.window_tiles import WindowTiles, shared_bytes_per_block
@@ -16,6 +16,7 @@ from tvm_hetero.relax_ir import OP_KINDS_ATTR
 from tvm_hetero.target import CUDA_LIMITS, cuda_target
 from tvm_hetero.testing.gpu_emulation import check_gpu_schedule
 from tvm_hetero.testing.scheduled import estimated_flops
+
 from tests.helpers.schedules import check, conv3x3, declines
 
 SM_90 = tvm.target.Target(cuda_target("sm_90"))
