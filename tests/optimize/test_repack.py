@@ -1,7 +1,10 @@
 """Weights repacked for the packed rules (``tvm_hetero/optimize/repack.py``): a weight given at run
 time packed by a kernel, and weights lifted to a second device packed once when the model loads."""
 
+import numpy as np
+
 import tvm_hetero as th
+from tvm_hetero import optimize
 from tvm_hetero.testing import max_relative_error, onnx_reference
 
 from tests.helpers.models import zoo_direct
@@ -46,3 +49,12 @@ def test_weights_lifted_to_a_second_device_are_packed_once_when_the_model_loads(
     inputs = model.random_inputs(seed=4)
     reference = onnx_reference(th.zoo_model("resnet"), inputs, model)
     assert max_relative_error(compiled.run(inputs), reference) < 1e-4
+
+
+def test_pack_weight_along_axis_1_makes_panels_of_columns():
+    w = np.arange(6 * 8, dtype="float32").reshape(6, 8)  # [K, N]
+    packed = optimize.pack_weight(w, 4, axis=1)
+    assert packed.shape == (2, 6, 4)
+    np.testing.assert_array_equal(packed[1, 5], w[5, 4:8])
+    padded = optimize.pack_weight(w[:, :7], 4, axis=1, blocks=3)  # ragged: zeros
+    assert padded.shape == (3, 6, 4) and not padded[1, :, 3:].any() and not padded[2].any()

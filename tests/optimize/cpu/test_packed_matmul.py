@@ -106,15 +106,6 @@ def test_fast_math_keeps_erf_and_tanh_within_float32_rounding():
         assert np.abs(got - reference(values.astype("float64"))).max() < 5e-7, op.__name__
 
 
-def test_pack_weight_along_axis_1_makes_panels_of_columns():
-    w = np.arange(6 * 8, dtype="float32").reshape(6, 8)  # [K, N]
-    packed = optimize.pack_weight(w, 4, axis=1)
-    assert packed.shape == (2, 6, 4)
-    np.testing.assert_array_equal(packed[1, 5], w[5, 4:8])
-    padded = optimize.pack_weight(w[:, :7], 4, axis=1, blocks=3)  # ragged: zeros
-    assert padded.shape == (3, 6, 4) and not padded[1, :, 3:].any() and not padded[2].any()
-
-
 @pytest.mark.parametrize("shape", [(8, 64, 10, 1), (16, 32, 64, 12)])
 def test_packed_matmul_declines_ragged_columns_and_batches(shape):
     from tvm_hetero.optimize.cpu import PackedMatmul
@@ -227,28 +218,6 @@ def test_a_memory_bound_product_runs_every_row_tile_over_each_block_of_the_weigh
     b = rng.standard_normal(n).astype("float32")
     got = _run(scheduled, target, [x, optimize.pack_weight(w, traits.lanes, axis=1), b])
     np.testing.assert_allclose(got, x.astype("float64") @ w + b, rtol=1e-4, atol=1e-3)
-
-
-def test_avx2_and_avx512_targets_get_their_own_lanes_registers_caches_and_tiles():
-    from tvm_hetero.optimize.cpu.packed_matmul import matmul_tile
-    from tvm_hetero.optimize.cpu.tiled import tiled_tile
-    from tvm_hetero.target import CpuTraits, cpu_traits
-
-    avx2, avx512 = _target("haswell"), _target("znver4")
-    assert cpu_traits(avx2) == CpuTraits(lanes=8, registers=16, l1_bytes=32 << 10,
-                                         l2_bytes=256 << 10)
-    assert cpu_traits(avx512) == CpuTraits(lanes=16, registers=32, l1_bytes=32 << 10,
-                                           l2_bytes=1 << 20)
-    assert tiled_tile(avx2) == (8, 8) and tiled_tile(avx512) == (16, 16)
-    # BERT's 128 x 768 -> 3072 (384 AVX2 vectors, 192 AVX-512 ones): accumulators, weight
-    # vectors and a broadcast within the registers (3 x 4 in AVX2's 16 spilled)
-    assert matmul_tile(128, 384, 16) == (4, 3)
-    assert matmul_tile(128, 192, 32) == (8, 3)
-    for registers in (16, 32):
-        for rows in (1, 8, 16, 64, 128, 197):
-            for vectors in (4, 48, 63, 125, 256):
-                r, c = matmul_tile(rows, vectors, registers, pad_vectors=vectors % 2 == 1)
-                assert r * c + c + 1 <= registers
 
 
 @pytest.mark.parametrize("mcpu", ["haswell", "znver4"])
