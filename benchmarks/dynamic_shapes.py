@@ -7,7 +7,10 @@ at a few shapes against the same model built static for each shape and against o
 the dynamic file, alternated in one process (best of rounds). Prints a table and the CPU.
 
     python benchmarks/dynamic_shapes.py --exports out/real_models/exports \\
-        --models bert_base gpt2_prefill resnet50 --checks 10 --rounds 5
+        --models bert_base gpt2_prefill gpt2_decode resnet50 --checks 10 --rounds 5
+
+``gpt2_decode`` is one decode step over a KV cache whose length ``past`` is symbolic (its
+attention mask is ``past+1`` long).
 """
 
 from __future__ import annotations
@@ -22,16 +25,20 @@ import numpy as np
 
 import tvm_hetero as th
 from tvm_hetero import ShapeRange
+from tvm_hetero.frontend.shape_ranges import dim_parts, dim_size
 from tvm_hetero.measure.reference import outputs_match
 from tvm_hetero.optimize.pass_ import ROW_CHUNKS
 
-# model -> (the dynamic dimension's name in the export, range, shapes timed, how inputs look)
+# model -> (the export's dynamic dimensions as given to the library (a name, or one another
+# fixes: ``past+1``; those not named are pinned at 1), the range of the library's dimension,
+# the sizes timed)
 CASES = {
-    "bert_base": ("sequence", ShapeRange(1, 512, 128),
-                  [16, 128, 384], "tokens"),
-    "gpt2_prefill": ("sequence", ShapeRange(1, 1024, 128),
-                     [16, 128, 384], "tokens"),
-    "resnet50": ("batch", ShapeRange(1, 32, 8), [1, 8, 32], "image"),
+    "bert_base": ({"sequence": "sequence"}, ShapeRange(1, 512, 128), [16, 128, 384]),
+    "gpt2_prefill": ({"sequence": "sequence"}, ShapeRange(1, 1024, 128), [16, 128, 384]),
+    "resnet50": ({"batch": "batch"}, ShapeRange(1, 32, 8), [1, 8, 32]),
+    # one decode step after `past` cached positions: the mask covers them and the new one
+    "gpt2_decode": ({"past_sequence": "past", "total_sequence": "past+1"},
+                    ShapeRange(1, 1023, 127), [128, 1000]),
 }
 
 
@@ -61,13 +68,15 @@ def file_inputs(path: str) -> list[tuple[str, list, str]]:
     return out
 
 
-def inputs_at(specs, dynamic: str, size: int, other: dict[str, int], seed: int):
-    """Random inputs with the dynamic dimension at `size` and the others at `other`."""
+def inputs_at(specs, named: dict[str, str], size: int, seed: int):
+    """Random inputs with the library's dimension at `size` (the export's dimensions it
+    names at their sizes, the others at 1)."""
     rng = np.random.default_rng(seed)
+    base = dim_parts(next(iter(named.values())))[0]
     out = {}
     for name, dims, dtype in specs:
-        shape = [size if d == dynamic else (other.get(d, 1) if isinstance(d, str) else d)
-                 for d in dims]
+        shape = [dim_size(named[d], {base: size}) if d in named
+                 else (1 if isinstance(d, str) else d) for d in dims]
         if np.issubdtype(np.dtype(dtype), np.integer):
             out[name] = (np.ones(shape, dtype) if "mask" in name
                          else rng.integers(0, 1000, size=shape).astype(dtype))
@@ -90,12 +99,11 @@ def run_case(exports: str, name: str, exporter: str, checks: int, rounds: int,
     import onnxruntime as ort
 
     path = os.path.join(exports, f"{name}.{exporter}.onnx")
-    dynamic, shape_range, sizes, _ = CASES[name]
+    named, shape_range, sizes = CASES[name]
+    dynamic = dim_parts(next(iter(named.values())))[0]
     specs = file_inputs(path)
-    others = {d for _, dims, _ in specs for d in dims if isinstance(d, str) and d != dynamic}
-    pinned = {d: 1 for d in others}  # e.g. the batch of a language model
-    input_shapes = {n: tuple(dynamic if d == dynamic else (1 if isinstance(d, str) else d)
-                             for d in dims) for n, dims, _ in specs}
+    input_shapes = {n: tuple(named.get(d, 1) if isinstance(d, str) else d for d in dims)
+                    for n, dims, _ in specs}
     start = time.perf_counter()
     model = th.load_model(path, input_shapes=input_shapes,
                           shape_ranges={dynamic: shape_range})
@@ -109,20 +117,20 @@ def run_case(exports: str, name: str, exporter: str, checks: int, rounds: int,
                                                        size=checks)})
     worst, right = 0.0, True
     for size in check_sizes:
-        feed = inputs_at(specs, dynamic, size, pinned, seed=size)
+        feed = inputs_at(specs, named, size, seed=size)
         ok, error = outputs_match(compiled.run(feed), session.run(None, feed))
         right, worst = right and ok, max(worst, error)
     rows = []
     for size in sizes:
         static_start = time.perf_counter()
         static_model = th.load_model(path, input_shapes={
-            n: tuple(size if d == dynamic else d for d in shape)
+            n: tuple(dim_size(d, {dynamic: size}) if isinstance(d, str) else d for d in shape)
             for n, shape in input_shapes.items()})
         static_layers = th.extract_layers(static_model, th.PrepareConfig.for_devices(devices))
         static = th.build(static_model, th.Placement.all_on(static_layers, devices.names[0]),
                           devices)
         static_build_s = time.perf_counter() - static_start
-        feed = inputs_at(specs, dynamic, size, pinned, seed=size)
+        feed = inputs_at(specs, named, size, seed=size)
         vm_inputs = {s.name: feed[s.source_name or s.name] for s in compiled.inputs}
         timings = {"dynamic": [], "static": [], "onnxruntime": []}
         for _ in range(rounds):  # alternated: a slow spell falls on all three

@@ -10,7 +10,8 @@ vanishes, sets the batch norms' running statistics from seeded random inputs, ch
 every output varies (over its elements and between two inputs), and exports it with
 ``torch.onnx.export``: ``torchscript`` is ``dynamo=False, opset_version=17``, ``dynamo`` is
 ``dynamo=True`` (its default opset, weights in ``NAME.dynamo.onnx.data`` beside the file).
-The dynamic axes users give (batch, sequence) stay dynamic in the file. Writes into the output directory:
+The dynamic axes users give (batch, sequence) stay dynamic in the file. Writes into the output
+directory:
 
 - ``NAME.EXPORTER.onnx`` (and its ``.data``), or nothing where the exporter fails;
 - ``NAME.EXPORTER.json``: ``status`` (``ok`` or ``not exportable``), the one-line error, the

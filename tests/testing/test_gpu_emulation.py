@@ -220,7 +220,7 @@ def test_fragment_scopes_and_gpu_intrinsics_are_refused_with_a_reason():
     @T.prim_func(s_tir=True)
     def fragment(a: T.Buffer((16, 16), "float16"), b: T.Buffer((16, 16), "float16")):
         frag = T.sblock_alloc_buffer((16, 16), "float16", scope="wmma.accumulator")
-        for tx in T.thread_binding(32, thread="threadIdx.x"):  # noqa: B007
+        for _tx in T.thread_binding(32, thread="threadIdx.x"):
             for i, j in T.grid(16, 16):
                 with T.sblock("load"):
                     vi, vj = T.axis.remap("SS", [i, j])

@@ -18,7 +18,7 @@ handling they share. Use them from here: ``tvm_hetero.api`` is the interface.
 
 from ..build.memory import format_bytes
 from ..build.profile import STATISTICS as PROFILE_STATISTICS
-from ..frontend.shape_ranges import parse_shape_range
+from ..frontend.shape_ranges import is_dimension_text, parse_shape_range
 from ..search import DEFAULT_THRESHOLD, STRATEGIES
 from .common import device_set
 from .inspection import (ModelLayers, device_status, inspect_model, optimization_rules,
@@ -30,4 +30,4 @@ __all__ = ["CompileResult", "DEFAULT_THRESHOLD", "ModelLayers", "PROFILE_STATIST
            "RunResult", "STRATEGIES",
            "compile_model", "device_set", "device_status", "format_bytes", "inspect_model",
            "optimization_rules", "optimization_table", "read_inputs", "report_records",
-           "run_library", "parse_shape_range", "tune_placement"]
+           "run_library", "is_dimension_text", "parse_shape_range", "tune_placement"]

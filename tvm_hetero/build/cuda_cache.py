@@ -5,8 +5,8 @@ TVM 0.27 turns CUDA source into a binary through one Python callback,
 to a fatbin with ``TVM_CUDA_COMPILE_MODE=nvcc``). It calls it once per CUDA module: at build
 time where the CUDA runtime is present (``tirx.build`` of a ``cuda`` target), else when an
 exported library carrying CUDA source is loaded on a GPU machine. A build with a
-:class:`~tvm_hetero.build.compile.KernelCache` (a search's, a tune's) has one CUDA module per kernel; a
-plain build has one for all the kernels of its target.
+:class:`~tvm_hetero.build.compile.KernelCache` (a search's, a tune's) has one CUDA module per
+kernel; a plain build has one for all the kernels of its target.
 
 :func:`install` overrides that callback with :class:`CudaCompileCache`, which wraps the callback
 it replaces (TVM's own) and changes nothing it returns: an entry is the bytes TVM's callback

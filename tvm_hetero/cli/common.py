@@ -52,6 +52,8 @@ def add_model_args(parser) -> None:
 
 
 def parse_input_shapes(items: list[str]) -> dict[str, tuple]:
+    from ..api import is_dimension_text
+
     shapes = {}
     for item in items:
         name, _, dims = item.partition("=")
@@ -59,12 +61,13 @@ def parse_input_shapes(items: list[str]) -> dict[str, tuple]:
             shapes[name] = tuple(int(d) if d.strip().lstrip("-").isdigit() else d.strip()
                                  for d in dims.split(","))
             if not name or any(isinstance(d, int) and d <= 0
-                               or isinstance(d, str) and not d.isidentifier()
+                               or isinstance(d, str) and not is_dimension_text(d)
                                for d in shapes[name]):
                 raise ValueError
         except ValueError:
             raise ModelError(f"invalid --input-shape {item!r}: use NAME=1,3,224,224 (a "
-                             "dynamic dimension by name: NAME=1,seq)") from None
+                             "dynamic dimension by name: NAME=1,seq; one another fixes: "
+                             "NAME=1,past+1)") from None
     return shapes
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from .._native import native_log_to_logging, quiet_native_stderr
 from ..errors import ModelError, error_message
+from .shape_ranges import dim_parts, dim_size, is_dimension_text
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,8 @@ class InputSpec:
     def concrete_shape(self, dims: dict[str, int] | None = None) -> tuple[int, ...]:
         """The shape with each named dimension at its size in `dims`."""
         try:
-            return tuple(d if isinstance(d, int) else int((dims or {})[d]) for d in self.shape)
+            return tuple(d if isinstance(d, int) else dim_size(d, dims or {})
+                         for d in self.shape)
         except KeyError as err:
             raise ModelError(f"input {self.name!r} has dynamic dimension {err.args[0]} "
                              "and no size was given for it") from None
@@ -257,7 +259,8 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple] | None,
         for dim in shape_dict[in_name]:
             pinned = bool(input_shapes) and in_name in input_shapes  # an empty axis may be given
             if isinstance(dim, int) and (dim > 0 or dim == 0 and pinned) \
-                    or isinstance(dim, str) and dim in ranges:
+                    or isinstance(dim, str) and is_dimension_text(dim) \
+                    and dim_parts(dim)[0] in ranges:
                 continue
             hint = static_shape_hint(in_name, dims)
             if isinstance(dim, str) and dim not in ("", "?"):
@@ -270,8 +273,8 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple] | None,
     if unknown:
         raise ModelError(f"input shape given for unknown input(s) {', '.join(unknown)}; "
                          f"the inputs are {', '.join(s[0] for s in specs)}")
-    ranges = used_ranges(ranges, {d for dims in shape_dict.values() for d in dims
-                                  if isinstance(d, str)})
+    ranges = used_ranges(ranges, {dim_parts(d)[0] for dims in shape_dict.values()
+                                  for d in dims if isinstance(d, str)})
     failure = None
     importable, source_names = _c_identifier_inputs(model, [s[0] for s in specs])
     new_names = {source: new for new, source in source_names.items()}
@@ -280,7 +283,8 @@ def _load_onnx(model, name: str, input_shapes: dict[str, tuple] | None,
         try:
             mod = import_onnx(importable,
                               {new_names[k]: v for k, v in shape_dict.items()},
-                              {new_names[s[0]]: s[2] for s in specs})
+                              {new_names[s[0]]: s[2] for s in specs},
+                              {d: (r.min, r.max) for d, r in ranges.items()})
         except Exception as err:  # the importer raises many kinds; all mean "cannot import"
             failure = err
     if failure is not None:

@@ -18,6 +18,42 @@ from ..errors import InputError, ModelError
 RANGES_ATTR = "tvm_hetero.shape_ranges"
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# a dimension another one fixes: ``past+1`` (a decode step's attention mask covers the cached
+# positions and the new one)
+_DERIVED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*([+-])\s*([0-9]+)")
+
+
+def dim_parts(dim: str) -> tuple[str, int]:
+    """``"past+1"`` -> ``("past", 1)``, ``"seq"`` -> ``("seq", 0)``: the dimension a named
+    dimension is, and its offset from it.
+
+    Raises
+    ------
+    ModelError
+        For text that is neither a name nor ``NAME+K`` / ``NAME-K``.
+    """
+    if _NAME.fullmatch(dim):
+        return dim, 0
+    match = _DERIVED.fullmatch(dim.strip())
+    if match is None:
+        raise ModelError(f"dimension {dim!r} is neither a name nor NAME+K (NAME-K)")
+    name, sign, offset = match.groups()
+    return name, int(offset) if sign == "+" else -int(offset)
+
+
+def is_dimension_text(dim: str) -> bool:
+    """Whether `dim` names a dynamic dimension: ``seq`` or ``past+1``."""
+    try:
+        dim_parts(dim)
+    except ModelError:
+        return False
+    return True
+
+
+def dim_size(dim: str, dims: dict[str, int]) -> int:
+    """The size of named dimension `dim` (``seq``, ``past+1``) given the sizes `dims`."""
+    name, offset = dim_parts(dim)
+    return int(dims[name]) + offset
 
 
 @dataclass(frozen=True)
@@ -159,9 +195,10 @@ def bind_dims(shapes: list[tuple[int, ...]], specs, ranges: dict[str, ShapeRange
                              f"expects {spec.shape_text()}")
         for size, dim in zip(shape, spec.shape):
             if isinstance(dim, str):
-                if bound.setdefault(dim, int(size)) != int(size):
-                    raise InputError(f"dimension {dim} is {bound[dim]} in one input and "
-                                     f"{int(size)} in input {spec.name!r}")
+                name, offset = dim_parts(dim)
+                if bound.setdefault(name, int(size) - offset) != int(size) - offset:
+                    raise InputError(f"dimension {dim} is {bound[name] + offset} by one input "
+                                     f"and {int(size)} in input {spec.name!r}")
             elif int(size) != dim:
                 raise InputError(f"input {spec.name!r} has shape {tuple(shape)}, the model "
                                  f"expects {spec.shape_text()}")
@@ -200,10 +237,12 @@ def ranged_shapes(model) -> dict[str, list]:
     (``"seq=1:512:128"``): what :func:`~tvm_hetero.load_model` takes back as `input_shapes`."""
     ranges = model.shape_ranges
     return {spec.source_name or spec.name:
-            [f"{d}={ranges[d]}" if isinstance(d, str) else d for d in spec.shape]
+            [f"{d}={ranges[d]}" if isinstance(d, str) and d in ranges else d
+             for d in spec.shape]
             for spec in model.inputs}
 
 
-__all__ = ["RANGES_ATTR", "ShapeRange", "as_ranges", "bind_dims", "check_points",
+__all__ = ["RANGES_ATTR", "ShapeRange", "as_ranges", "bind_dims", "check_points", "dim_parts",
+           "dim_size", "is_dimension_text",
            "module_ranges", "parse_shape_range", "point", "ranged_shapes", "split_ranged_dims",
            "used_ranges", "with_ranges"]

@@ -31,6 +31,7 @@ from .cpu.packed_weights import tiled_fits_better
 from .cpu.row_reductions import RowReductions, not_a_matrix_vector_product, reduces_only
 from .cpu.scan_lines import ScanLines
 from .cpu.separable_resize import SeparableResize
+from .cpu.symbolic_loops import SymbolicLoops
 from .gpu import DlightRule, gpu_rules
 from .gpu.window_tiles import WindowTiles
 from .rule import FAMILIES, Rule
@@ -38,7 +39,7 @@ from .rule import FAMILIES, Rule
 # Bumped whenever a default rule changes the code it generates (or how kernels are timed):
 # tuning comparisons stored under another version are measured again. CHANGELOG.md says what
 # each version changed.
-RULES_VERSION = 31
+RULES_VERSION = 32
 
 
 def default_table() -> "RuleTable":
@@ -97,6 +98,13 @@ def default_table() -> "RuleTable":
     table[("cpu", "other")] = [SeparableResize(), InjectiveLanes(), parallel]  # gathers (take)
     # softmax, layer norm: one row per task, vector partial sums
     table[("cpu", "normalization")] = [RowReductions(), parallel]
+    # kernels over a shape range's symbolic extents that no rule above takes (nor the row
+    # loop, tried before any of them): before the catch-all, which would fuse their inner loop
+    symbolic = SymbolicLoops()
+    for key, rules in table.items():
+        if key[0] == "cpu":
+            at = rules.index(parallel)
+            table[key] = rules[:at] + [symbolic] + rules[at:]
     return RuleTable(table)
 
 

@@ -10,11 +10,12 @@ import logging
 
 from ...errors import ModelError
 from ...relax_ir import UPPER_BOUND_ATTR
-from . import refusals, shape_folding
+from . import refusals, shape_folding, symbolic_folding
 # imported for their registrations: each adds its fixes to FIXES
 from . import (attention, elementwise, gather_scatter, recurrent, resize,  # noqa: F401
                sequences, shape_ops)
 from . import cumsum, dynamic_quantization  # noqa: F401
+from ..shape_ranges import dim_parts
 from .registry import FIXES, node_name
 
 logger = logging.getLogger(__name__)
@@ -137,7 +138,28 @@ def _opset(model) -> int:
     return 1
 
 
-def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
+def _symbolic_shapes(shape_dict: dict[str, list]) -> dict[str, list]:
+    """Each input's shape for TVM's importer: sizes, and the dimensions' variables (one per
+    name) where named."""
+    from tvm import tirx
+
+    variables: dict[str, object] = {}
+    out = {}
+    for name, shape in shape_dict.items():
+        dims = []
+        for dim in shape:
+            if isinstance(dim, str):
+                base, offset = dim_parts(dim)
+                var = variables.setdefault(base, tirx.Var(base, "int64"))
+                dims.append(var + offset if offset else var)
+            else:
+                dims.append(dim)
+        out[name] = dims
+    return out
+
+
+def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str],
+                ranges: dict[str, tuple[int, int]] | None = None):
     """Import an ONNX model with TVM's importer and our fixes (weights bound as constants).
 
     Parameters
@@ -147,6 +169,9 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
     shape_dict, dtype_dict : dict
         Shape and dtype of each graph input; a dimension of a shape is a size or the name of
         a dynamic dimension.
+    ranges : dict of str to (int, int), optional
+        ``(min, max)`` of each dynamic dimension, where the shape arithmetic over it is
+        evaluated (:mod:`.symbolic_folding`); a dimension not named: ``(1, 4096)``.
 
     Returns
     -------
@@ -173,6 +198,11 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
             node.name = f"{node.op_type}_{index}"
         seen.add(node.name)
     shape_folding.pin_input_shapes(model_copy, shape_dict)
+    dims = {dim_parts(d)[0] for shape in shape_dict.values() for d in shape
+            if isinstance(d, str)}
+    if dims:
+        symbolic_folding.fold_symbolic_shape_arithmetic(
+            model_copy, shape_dict, {d: (ranges or {}).get(d, (1, 4096)) for d in dims})
     static_shapes = shape_folding.fold_shape_arithmetic(model_copy)
     output_shapes = {node.name: static_shapes.get(node.output[0])
                      for node in model_copy.graph.node if node.output}
@@ -206,11 +236,10 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str]):
                 return super()._convert_operator(op_name, inputs, attrs, opset)
             return self.bb.normalize(result) if isinstance(result, relax.Expr) else result
 
-    # inputs with a named dynamic dimension take their shape from the pinned graph (TVM makes
-    # one symbolic variable per name)
-    static_dict = {name: shape for name, shape in shape_dict.items()
-                   if all(not isinstance(d, str) for d in shape)}
-    importer = _FixedImporter(static_dict, dtype_dict, keep_params_in_input=False)
+    # a named dynamic dimension is one symbolic variable, shared by every input that has it
+    # (``seq``) or a dimension it fixes (``past+1``)
+    importer = _FixedImporter(_symbolic_shapes(shape_dict), dtype_dict,
+                              keep_params_in_input=False)
     importer.upper_bounds = {}  # symbolic dimension name -> upper bound
     mod = importer.from_onnx(model_copy.graph, _opset(model_copy))
     if importer.upper_bounds:

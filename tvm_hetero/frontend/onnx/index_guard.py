@@ -55,6 +55,43 @@ def _guard_func(shape: tuple[int, ...], dtype: str, bounds: tuple[int, ...], mes
     return guard.with_attr(BOUNDS_PARAM_ATTR, 1)  # bounds_in
 
 
+def _guard_func_rows(cols: int, dtype: str, message: str):
+    """The check over ``[n, cols]`` indices, ``n`` known at run time (a shape range's rows)."""
+    from tvm.script import tirx as T
+
+    @T.prim_func(private=True, check_well_formed=False)
+    def guard(idx_in: T.handle, bounds_in: T.handle, idx_out: T.handle):
+        T.func_attr({"tir.noalias": True, "tir.is_scheduled": True})
+        rows = T.int64()
+        src = T.match_buffer(idx_in, (rows, cols), dtype)
+        limit = T.match_buffer(bounds_in, (cols,), "int32")
+        dst = T.match_buffer(idx_out, (rows, cols), dtype)
+        with T.sblock("root"):
+            for i, j in T.grid(rows, cols):
+                with T.sblock("index_guard"):
+                    vi = T.axis.spatial(rows, i)
+                    vj = T.axis.spatial(cols, j)
+                    T.reads(src[vi, vj], limit[vj])
+                    T.writes(dst[vi, vj])
+                    index = src[vi, vj]
+                    extent = T.Cast(dtype, limit[vj])
+                    assert index >= -extent and index < extent, message
+                    dst[vi, vj] = T.if_then_else(index < 0, index + extent, index)
+
+    return guard.with_attr(BOUNDS_PARAM_ATTR, 1)  # bounds_in
+
+
+def _symbolic_shape(expr):
+    """The shape of a Relax tensor expression whose dimensions are known, some symbolic; None
+    for an unknown shape or a static one."""
+    import tvm
+
+    values = getattr(getattr(expr.ty, "shape", None), "values", None)
+    if values is None or all(isinstance(d, tvm.tirx.IntImm) for d in values):
+        return None
+    return list(values)
+
+
 def static_dims(expr, what: str) -> tuple[int, ...]:
     """The static shape of a Relax tensor expression, or a ModelError naming ``what``.
 
@@ -106,9 +143,15 @@ def guard_indices(bb, indices, bounds: Sequence[int], op_name: str, node_name: s
     """
     from tvm import relax
 
-    shape = static_dims(indices, f"{op_name}'s indices")
     dtype = str(indices.ty.dtype)
+    symbolic = _symbolic_shape(indices)
+    if symbolic is not None or not all(isinstance(b, (int, np.integer)) or hasattr(b, "value")
+                                       for b in bounds):
+        if symbolic is None:
+            symbolic = list(static_dims(indices, f"{op_name}'s indices"))
+        return _guard_rows(bb, indices, symbolic, dtype, bounds, op_name, node_name)
     bounds = tuple(int(b) for b in bounds)
+    shape = static_dims(indices, f"{op_name}'s indices")
     if len(bounds) > 1 and (not shape or shape[-1] != len(bounds)):
         raise ModelError(f"{op_name}: indices of shape {shape} do not end in {len(bounds)}")
     if math.prod(shape) == 0:
@@ -121,3 +164,29 @@ def guard_indices(bb, indices, bounds: Sequence[int], op_name: str, node_name: s
     global_var = bb.add_func(func, f"index_guard_{op_name.lower()}")
     limits = relax.const(np.array(bounds, dtype="int32"))
     return bb.emit(relax.call_tir(global_var, [indices, limits], relax.TensorType(shape, dtype)))
+
+
+def _guard_rows(bb, indices, shape, dtype: str, bounds: tuple[int, ...], op_name: str,
+                node_name: str):
+    """:func:`guard_indices` for indices of a symbolic shape: checked as ``[rows, cols]``."""
+    from tvm import relax
+
+    cols = len(bounds)
+    if cols > 1 and (not shape or not hasattr(shape[-1], "value") or int(shape[-1]) != cols):
+        raise ModelError(f"{op_name}: indices of shape {shape} do not end in {cols}")
+    rows = math.prod(shape[:-1] if cols > 1 else shape)
+    where = f" (node {node_name})" if node_name else ""
+    extents = bounds[0] if cols == 1 else list(bounds)
+    message = (f"{OUT_OF_RANGE}: an index given to {op_name}{where} is outside "
+               f"[-n, n) for the data extent n = {extents}")
+    global_var = bb.add_func(_guard_func_rows(cols, dtype, message),
+                             f"index_guard_{op_name.lower()}")
+    flat = bb.normalize(relax.op.reshape(indices, relax.ShapeExpr([rows, cols])))
+    if all(isinstance(b, (int, np.integer)) or hasattr(b, "value") for b in bounds):
+        limits = relax.const(np.array([int(b) for b in bounds], dtype="int32"))
+    else:  # an extent known at run time (a shape range's dimension)
+        limits = bb.normalize(relax.op.astype(
+            relax.op.shape_to_tensor(relax.ShapeExpr(list(bounds))), "int32"))
+    checked = bb.emit(relax.call_tir(global_var, [flat, limits],
+                                     relax.TensorType([rows, cols], dtype)))
+    return bb.normalize(relax.op.reshape(checked, relax.ShapeExpr(shape)))

@@ -89,13 +89,16 @@ def _is_static(value) -> bool:
         d.HasField("dim_value") for d in tensor_type.shape.dim)
 
 
-def fold_shape_arithmetic(model) -> dict[str, tuple[int, ...]]:
+def fold_shape_arithmetic(model, values: dict | None = None) -> dict[str, tuple[int, ...]]:
     """Replace the shape arithmetic of ``model`` that static shapes fix by initializers.
 
     Parameters
     ----------
     model : onnx.ModelProto
         The model, its input shapes pinned (:func:`pin_input_shapes`); changed in place.
+    values : dict, optional
+        Filled with the value of every tensor that folded (and of the small initializers),
+        by name.
 
     Returns
     -------
@@ -126,6 +129,8 @@ def fold_shape_arithmetic(model) -> dict[str, tuple[int, ...]]:
         folded_total, passes = folded_total + removed, passes + 1
     if folded_total:
         logger.debug("folded %d nodes to constants in %d passes", folded_total, passes)
+    if values is not None:
+        values.update(known)
     return shapes
 
 

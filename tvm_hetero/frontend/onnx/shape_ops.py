@@ -219,6 +219,10 @@ def _expand(importer, inputs, attrs, opset):
 
     data, shape = inputs[0], inputs[1]
     target = constant_value(shape)
+    if target is not None and target.ndim == 1:
+        shape = relax.ShapeExpr([int(t) for t in target])
+    if isinstance(shape, relax.ShapeExpr) and _symbolic_dims(data, shape):
+        return relax.op.broadcast_to(data, relax.ShapeExpr(_broadcast_symbolic(data, shape)))
     data_dims = static_dims(data, "Expand")
     if target is None and isinstance(shape, relax.ShapeExpr):
         if not all(hasattr(d, "value") for d in shape.values):
@@ -243,6 +247,35 @@ def _expand(importer, inputs, attrs, opset):
     passed = relax.op.equal(relax.op.sum(checked), relax.const(0, "int64"))
     data = relax.op.where(passed, data, data)
     return relax.op.broadcast_to(data, relax.ShapeExpr(out_dims))
+
+
+def _symbolic_dims(data, shape) -> bool:
+    """Whether Expand's data or target (a ShapeExpr) has a symbolic dimension (a shape
+    range's), the data's shape being known."""
+    from tvm import tirx
+
+    data_shape = getattr(getattr(data.ty, "shape", None), "values", None)
+    if data_shape is None:
+        return False
+    return not all(isinstance(d, tirx.IntImm) for d in list(data_shape) + list(shape.values))
+
+
+def _broadcast_symbolic(data, shape) -> list:
+    """Expand's output dimensions where some are symbolic: a 1 on either side takes the
+    other side's dimension; otherwise the target's (equal to the data's, or the run-time
+    broadcast check fails)."""
+    from tvm import tirx
+
+    data_dims = list(data.ty.shape.values)
+    target = list(shape.values)
+    rank = max(len(data_dims), len(target))
+    data_dims = [tirx.IntImm("int64", 1)] * (rank - len(data_dims)) + data_dims
+    target = [tirx.IntImm("int64", 1)] * (rank - len(target)) + target
+
+    def is_one(dim):
+        return isinstance(dim, tirx.IntImm) and int(dim) == 1
+
+    return [d if is_one(t) else t for d, t in zip(data_dims, target)]
 
 
 def _check_expand_shape(bb, shape, data_dims, out_dims, node_name):
