@@ -2,9 +2,10 @@
 residual network as a DAG, a transformer block's, names stable across processes, the onnx
 package's ResNet-50, the layers table and JSON."""
 
-import numpy as np
 import subprocess
 import sys
+
+import numpy as np
 
 import tvm_hetero as th
 from tvm_hetero.layers.classify import LAYER_KINDS

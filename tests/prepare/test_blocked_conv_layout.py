@@ -4,10 +4,11 @@ upsampling and skip concatenation, NCHW inputs and depthwise convolutions in the
 (each on a small module against the module it should give, ``tvm.ir.assert_structural_equal``),
 and blocked models built right."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import tvm
-from dataclasses import replace
 from tvm import relax
 
 import tvm_hetero as th

@@ -1,13 +1,15 @@
 """The ``concat-copies`` rule (``tvm_hetero/optimize/cpu/concat_copies.py``) on a concatenation of
 two tensors along the channels: its schedule at two shapes, the kernel before and the schedule
 expected written out in TVMScript and compared with ``tvm.ir.assert_structural_equal`` (as TVM's
-dlight tests check theirs), and a kernel outside its preconditions that it declines.
+dlight tests check theirs), and a kernel outside its preconditions that it declines; then a
+concatenation built as one parallel copy per input.
 
 A schedule that changes on purpose: the test's failure prints the new one; read it against the
 rule's docstring and paste it over the expected function (``ruff format``).
 """
 
 import re
+
 from tvm.script import tirx as T
 
 from tvm_hetero.optimize.cpu.concat_copies import ConcatCopies

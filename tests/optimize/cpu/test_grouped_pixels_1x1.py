@@ -10,6 +10,7 @@ rule's docstring and paste it over the expected function (``ruff format``).
 """
 
 import json
+
 import numpy as np
 import pytest
 import tvm

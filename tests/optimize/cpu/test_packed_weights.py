@@ -1,7 +1,8 @@
 """The ``packed-weights`` rule (``tvm_hetero/optimize/cpu/packed_weights.py``) on a 3 x 3
 convolution: its schedule at two shapes, the kernel before and the schedule expected written out in
 TVMScript and compared with ``tvm.ir.assert_structural_equal`` (as TVM's dlight tests check theirs),
-and a kernel outside its preconditions that it declines.
+and a kernel outside its preconditions that it declines; then a short-window reduction packed only
+where ``tiled``'s lanes would be ragged.
 
 A schedule that changes on purpose: the test's failure prints the new one; read it against the
 rule's docstring and paste it over the expected function (``ruff format``).

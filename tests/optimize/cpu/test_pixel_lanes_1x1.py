@@ -1,7 +1,9 @@
 """The ``pixel-lanes-1x1`` rule (``tvm_hetero/optimize/cpu/pixel_lanes_1x1.py``) on a 1 x 1
 convolution with a residual add: its schedule at two shapes, the kernel before and the schedule
 expected written out in TVMScript and compared with ``tvm.ir.assert_structural_equal`` (as TVM's
-dlight tests check theirs), and a kernel outside its preconditions that it declines.
+dlight tests check theirs), and a kernel outside its preconditions that it declines; then ONNX 1 x 1
+convolutions with a residual add built against onnxruntime (stride 1 here, stride 2 to
+``packed-weights``).
 
 A schedule that changes on purpose: the test's failure prints the new one; read it against the
 rule's docstring and paste it over the expected function (``ruff format``).

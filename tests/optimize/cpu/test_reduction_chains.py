@@ -2,9 +2,10 @@
 package's LayerNormalization written out over the last axis (E[x^2] - E[x]^2, the mean of x
 from another kernel), right against the case's own outputs."""
 
+import warnings
+
 import numpy as np
 import pytest
-import warnings
 from tvm.script import tirx as T
 
 import tvm_hetero as th

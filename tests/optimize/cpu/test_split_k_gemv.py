@@ -1,13 +1,15 @@
 """The ``split-k-gemv`` rule (``tvm_hetero/optimize/cpu/split_k_gemv.py``) on a matrix-vector
 product: its schedule at two shapes, the kernel before and the schedule expected written out in
 TVMScript and compared with ``tvm.ir.assert_structural_equal`` (as TVM's dlight tests check theirs),
-and a kernel outside its preconditions that it declines.
+and a kernel outside its preconditions that it declines; then a large product built and run against
+NumPy, and the zoo's CNN's small one left to ``tiled``.
 
 A schedule that changes on purpose: the test's failure prints the new one; read it against the
 rule's docstring and paste it over the expected function (``ruff format``).
 """
 
 import re
+
 from tvm.script import tirx as T
 
 import tvm_hetero as th

@@ -1,7 +1,8 @@
 """The ``tiled`` rule (``tvm_hetero/optimize/cpu/tiled.py``) on a matmul with a bias: its schedule
 at two shapes, the kernel before and the schedule expected written out in TVMScript and compared
 with ``tvm.ir.assert_structural_equal`` (as TVM's dlight tests check theirs), and a kernel outside
-its preconditions that it declines.
+its preconditions that it declines; then a weight it would gather declined, and a residual add it
+takes where it gets whole vectors.
 
 A schedule that changes on purpose: the test's failure prints the new one; read it against the
 rule's docstring and paste it over the expected function (``ruff format``).

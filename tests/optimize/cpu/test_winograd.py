@@ -2,13 +2,15 @@
 F(4x4, 3x3) form of a 3 x 3 convolution in NCHW16c: its schedule of an 8 x 8 map written out (the
 kernel before and the schedule expected in TVMScript, compared with
 ``tvm.ir.assert_structural_equal``), its schedule of a 12 x 12 map checked by its key properties
-(the schedule is 300 lines at any size: one written out is enough), and the kernels it declines.
+(the schedule is 300 lines at any size: one written out is enough), and the kernels it declines;
+then the zoo's ResNet's Winograd kernels each one parallel loop with its epilogue inlined.
 
 A schedule that changes on purpose: the test's failure prints the new one; read it against the
 rule's docstring and paste it over the expected function (``ruff format``).
 """
 
 import re
+
 from tvm.script import tirx as T
 
 from tvm_hetero import optimize
