@@ -120,6 +120,16 @@ def run_case(exports: str, name: str, exporter: str, checks: int, rounds: int,
         feed = inputs_at(specs, named, size, seed=size)
         ok, error = outputs_match(compiled.run(feed), session.run(None, feed))
         right, worst = right and ok, max(worst, error)
+    # the same library under a seeded random placement over two devices, at three sizes
+    two = th.DeviceSet.parse(["cpu", "cpu-generic"])
+    chooser = np.random.default_rng(1)
+    placed = th.build(model, th.Placement({layer.name: two.names[int(chooser.integers(2))]
+                                           for layer in layers}), two)
+    two_right = True
+    for size in check_sizes[:: max(1, len(check_sizes) // 3)][:3]:
+        feed = inputs_at(specs, named, size, seed=size + 1)
+        ok, error = outputs_match(placed.run(feed), session.run(None, feed))
+        two_right, worst = two_right and ok, max(worst, error)
     rows = []
     for size in sizes:
         static_start = time.perf_counter()
@@ -147,7 +157,7 @@ def run_case(exports: str, name: str, exporter: str, checks: int, rounds: int,
                      "unscheduled": sum(1 for r in compiled.stats.rules.values() if r is None),
                      "row_loops": sum(1 for r in compiled.stats.rules.values()
                                       if r is not None and r.startswith(ROW_CHUNKS)),
-                     "kernels": len(compiled.stats.rules)})
+                     "kernels": len(compiled.stats.rules), "two_devices": two_right})
     return rows
 
 
@@ -169,20 +179,22 @@ def main() -> None:
     args = parser.parse_args()
     devices = th.DeviceSet.parse(["cpu"])
     print(f"CPU: {cpu_name()}; tvm_hetero all on cpu; onnxruntime on {os.cpu_count()} threads")
-    print("| model | range | size | right (shapes checked, max error) | dynamic ms | static ms "
+    print("| model | range | size | right (shapes checked, max error) | two devices "
+          "| dynamic ms | static ms "
           "| onnxruntime ms | dynamic / static | dynamic / ort | build s dynamic / static "
           "| kernels unscheduled | row loops |")
-    print("|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|")
+    print("|---|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|")
     for name in args.models:
         try:
             rows = run_case(args.exports, name, args.exporter, args.checks, args.rounds,
                             devices)
         except th.HeteroError as err:
-            print(f"| {name} | - | - | {err} | | | | | | | | |")
+            print(f"| {name} | - | - | {err} | | | | | | | | | |")
             continue
         for r in rows:
             print(f"| {r['model']} ({r['dim']}) | {r['range']} | {r['size']} | "
                   f"{'yes' if r['right'] else 'NO'} ({r['checked']}, {r['max_error']:.1e}) | "
+                  f"{'right' if r['two_devices'] else 'WRONG'} | "
                   f"{r['dynamic_ms']:.2f} | {r['static_ms']:.2f} | {r['ort_ms']:.2f} | "
                   f"{r['dynamic_ms'] / r['static_ms']:.2f} | "
                   f"{r['dynamic_ms'] / r['ort_ms']:.2f} | "

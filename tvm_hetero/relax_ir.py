@@ -202,8 +202,14 @@ def bounded_kernel(func, bounds: dict[str, int]):
     ``func`` itself when its shapes are static."""
     import tvm
 
+    def expressions_first_last(param):
+        # a buffer whose symbolic dimensions are all variables first: specializing it fixes
+        # them in the others' shapes (``past + 1``), which specialize cannot take directly
+        shape = getattr(param.ty, "shape", None) or ()
+        return any(not isinstance(d, (tvm.tirx.IntImm, tvm.tirx.Var)) for d in shape)
+
     while True:  # one parameter at a time: specializing a scalar drops it
-        for param in func.params:
+        for param in sorted(func.params, key=expressions_first_last):
             shape = getattr(param.ty, "shape", None)
             if shape is not None:  # a buffer
                 if all(isinstance(d, tvm.tirx.IntImm) for d in shape):

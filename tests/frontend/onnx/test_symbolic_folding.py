@@ -289,3 +289,26 @@ def test_a_derived_dimension_needs_the_range_of_its_base():
     with pytest.raises(th.ModelError, match="range for past"):
         th.load_model(decode_step(), input_shapes={**DECODE_SHAPES, "past_k": (1, HEADS, 7, 8)},
                       shape_ranges={})
+
+
+@pytest.mark.parametrize("case", ["attention", "decode"])
+def test_builds_for_cuda_and_its_kernels_are_right(case):
+    """All on ``cuda@sm_90`` (no GPU needed): every kernel over the sequence (or the cache) is
+    scheduled (the GPU rules of static rows decline it, dlight's take it) and, emulated on the
+    CPU at several lengths, computes what the unscheduled kernel computes; a kernel with a
+    ``past + 1`` buffer is fixed at a length through its ``past`` buffer."""
+    from tvm_hetero.relax_ir import bounded_kernel
+    from tvm_hetero.testing.gpu_emulation import check_gpu_schedule, cuda_build_kernels
+
+    if case == "attention":
+        model = th.load_model(exported_attention(), shape_ranges=RANGES)
+        sizes = ({"seq": 1}, {"seq": 17}, {"seq": 40})
+    else:
+        model = th.load_model(decode_step(), input_shapes=DECODE_SHAPES,
+                              shape_ranges={"past": "1:1023:127"})
+        sizes = ({"past": 1}, {"past": 300})
+    kernels = cuda_build_kernels(model)
+    assert all(rule is not None for _, _, rule in kernels.values())
+    for original, scheduled, _ in kernels.values():
+        for dims in sizes:
+            check_gpu_schedule(bounded_kernel(original, dims), bounded_kernel(scheduled, dims))

@@ -181,7 +181,7 @@ def fold_symbolic_shape_arithmetic(model, shape_dict: dict[str, list], ranges: d
             return 0
         probes.append(values)
     design = _design(points, monomials)
-    resolved: dict[str, object] = {}  # name -> constant array, or (coeffs, shape, dtype)
+    resolved: dict[str, object] = {}  # name -> constant array, or (coefficients, shape)
     for name in set.intersection(*(set(p) for p in probes)):
         values = [p[name] for p in probes]
         first = values[0]

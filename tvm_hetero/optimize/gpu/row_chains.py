@@ -117,6 +117,9 @@ class RowChains(Rule):
 
         if target.kind.name != "cuda" or not isinstance(func, tirx.PrimFunc):
             return None
+        if any(not all(isinstance(d, tirx.IntImm) for d in getattr(p.ty, "shape", ()))
+               for p in func.params):
+            return None  # rows of a symbolic length or count: dlight's rules take them
         try:
             return _schedule(func, target)
         except (s_tir.ScheduleError, AssertionError, _NotMine) as err:
