@@ -10,7 +10,7 @@ plain Relax ops that the optimization rules schedule like any other. Covered: ev
 entry's length keep its state and output zeros, which is also right for the reverse
 direction: it starts at the entry's last step), and the activation functions the spec lists.
 Checked against the onnx package's 18 recurrent node cases and onnxruntime
-(``tests/test_onnx_recurrent.py``).
+(``tests/frontend/onnx/test_recurrent.py``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ TVM's ``from_onnx`` takes no converter map of its own, so the importer
 (:mod:`tvm_hetero.frontend.onnx.importer`) tries :data:`FIXES` before TVM's converter. A fix is
 a function ``fix(importer, inputs, attrs, opset)`` returning the Relax expression, or ``None``
 where TVM's own converter is right for that node. Each fix names the onnx backend-test case
-that needed it (``tests/test_onnx_fixes.py`` runs them).
+that needed it (``tests/frontend/onnx/test_fixes.py`` runs them).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Helpers the tests share: plain functions (fixtures are in ``tests/conftest.py``)."""
