@@ -1,7 +1,7 @@
 """Kernels over a shape range against the same kernels built static, alternated in one
 process (best of rounds): a linear layer ``[n, K] x [K, N] + bias`` (a row loop of statically
 scheduled chunks) and an attention block ``softmax(q k^T / 8) v`` over ``[1, 12, seq, 64]``
-(its kernels are over two symbolic extents: TVM's loops).
+(its kernels are over two symbolic extents: `symbolic-loops`).
 
     python benchmarks/experiments/dynamic_kernels_ab.py [--rows 7 16 128 384] [--rounds 5]
 
