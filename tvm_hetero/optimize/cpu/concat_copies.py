@@ -1,5 +1,15 @@
 """The ``concat-copies`` CPU rule: concatenations: the concatenation axis partitioned where each
-input starts, one contiguous parallel copy per input."""
+input starts, one contiguous parallel copy per input.
+
+What: TVM writes a concatenation as one loop nest whose every element picks its input with an
+``if_then_else`` on the concatenation axis. The rule finds where each input starts (the constant
+shift of its read on that axis) and partitions the axis there (``loop_partition``), so each part
+copies one input with a constant condition that lowering folds away; the loops inside the axis are
+fused into one contiguous copy, and the loops outside it (or each part) run in parallel.
+
+Why: SqueezeNet's 8 concatenations (5 kernels) 0.16 -> 0.07 ms for 2 x 64 x 55 x 55 and 2-3x on the
+others, against ``parallel-loops`` (measured beside a tune).
+"""
 
 from __future__ import annotations
 

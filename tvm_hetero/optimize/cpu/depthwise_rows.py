@@ -1,6 +1,25 @@
-"""The ``depthwise-rows`` CPU rule: depthwise convolutions (NCHW, one input channel per output
-channel): each parallel task a block of one channel's output rows, lanes along the row, the
-window unrolled so each loaded input row serves every output row it reaches; epilogue per tile."""
+"""The ``depthwise-rows`` CPU rule: stride-1 depthwise convolutions (NCHW, one input channel per
+output channel) with output rows of at least 28: each parallel task a block of one channel's output
+rows, lanes along the row, the window unrolled so each loaded input row serves every output row it
+reaches; epilogue per tile.
+
+What: a register tile is 4 output rows of one channel (the largest divisor of the height up to 4)
+times the row in vectors (the whole row up to two vectors of the target's lanes, else its largest
+divisor up to that). The window's rows and columns and the tile's rows are unrolled, so LLVM merges
+the tile's loads of one input row at one column offset. Tasks are (channel, row block); the padding
+is computed per task (a few rows of one channel); the epilogue (bias, Clip, SiLU, HardSwish, batch
+norm) per tile.
+
+Why: ``(R + K - 1) * K`` loads per ``R * K * K`` multiply-adds, where ``tiled`` (16 channels x 16
+lanes, one channel per row of the tile) loads once per multiply-add. MobileNetV2's 144 x 56 x 56
+stride 1: 0.47 ms, ``tiled`` 2.1 (znver4, shared machine).
+
+Declined, because ``tiled`` ran faster with this schedule: stride 2 (MobileNetV2's 144 x 56 x 56 ->
+28 x 28: ``tiled`` 0.33 ms, this schedule 0.37; ``strided-depthwise-rows`` takes those now) and rows
+of 14 or 7 (576 x 14 x 14: ``tiled`` 1.8 ms, this schedule 3.3): a task per 7- or 14-wide row block
+is too little work, and ``tiled``'s 16 channels per tile fill the vector. Those need channels in the
+vector lanes: in models that go blocked, ``depthwise-nchwc`` takes them.
+"""
 
 from __future__ import annotations
 

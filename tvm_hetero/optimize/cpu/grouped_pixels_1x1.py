@@ -1,6 +1,20 @@
-"""The ``grouped-pixels-1x1`` CPU rule: grouped 1x1 convolutions (preparation's padded-pixel
-form): per group a matrix product with vector lanes along the pixels; register tiles of
-channels x pixel vectors."""
+"""The ``grouped-pixels-1x1`` CPU rule: grouped 1x1 stride-1 convolutions (ShuffleNet's and
+ResNeXt-style pointwise layers) in preparation's padded-pixel form
+(:mod:`tvm_hetero.ops.grouped_conv1x1`): per group a matrix product with vector lanes along the
+pixels; register tiles of channels x pixel vectors.
+
+What: the group is an axis of its own and the pixels ``y * W + x`` one axis padded with zeros to
+whole vectors (196 -> 208, 49 -> 64 with 16 lanes), cropped back into NCHW after. The register tile
+is r channels of one group x v pixel vectors, chosen as ``pixel-lanes-1x1`` chooses (r dividing the
+group's output channels). Tasks are (image, group), split by output channels when fewer than the
+target's cores; each task pads its group's pixels once (in place when they are whole vectors); the
+epilogue (crop, bias, ReLU, residual) per row of tiles.
+
+Why: TVM's grouped convolution reads a group's input channels through ``f // (F/G)`` and keeps rows
+and columns apart, so ``tiled`` got lanes along an output row: ShuffleNet's 28-, 14- and 7-wide rows
+with 34-136 channels per group (no whole channel vectors either), about 90 % of its kernel time.
+With this form and rule ShuffleNet ran 4.19 -> 2.48 ms (znver4) and 5.22 -> 2.93 ms (haswell).
+"""
 
 from __future__ import annotations
 

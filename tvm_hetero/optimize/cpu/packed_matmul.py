@@ -1,6 +1,34 @@
-"""The ``packed-matmul`` CPU rule: a matmul with a [K, N] weight parameter reads it as panels
-[N/lanes, K, lanes] repacked at build time; register tiles of rows x lane vectors sized from the
-target's vector registers; rows padded to the tile; epilogue per tile with fast GELU math."""
+"""The ``packed-matmul`` CPU rule: a matmul ``out[..., m, n] = sum_k A[..., m, k] W[k, n]`` with
+batch dimensions 1 whose weight ``W`` is a kernel parameter (every dense, Gemm, projection and FFN
+layer after constant folding): ``W`` read as panels ``[N/lanes, K, lanes]`` repacked at build time;
+register tiles of rows x lane vectors sized from the target's vector registers; rows padded to the
+tile; epilogue per tile with fast GELU math.
+
+What: a tile of r rows x c lane vectors accumulates over the whole K: per step c weight loads from
+one contiguous panel, r broadcasts and r * c FMAs. Tasks are (panel, row tile), panels outermost.
+Rows that are not a multiple of r are padded (``pad_einsum``: ViT's 197 rows were 1-row tiles under
+``tiled``, 197 being prime); ragged columns are padded to whole vectors (the packed weight with
+zeros) when there are at least 8 vectors and more than one row. The epilogue's ``erf``, ``tanh`` and
+``pow(x, 3)`` (GELU) become TVM's rational approximations and products: LLVM lowered them to one
+scalar libm call per element.
+
+The tile: ``r * c + c + 1`` registers within the target's 32 (AVX-512) or 16 (AVX2). The old budget
+of 12 accumulators in AVX2's 16 chose 3 x 4 tiles (17 registers), which spilled: 59-62 GFLOP per CPU
+second against 90-99 for 4 x 3 or 6 x 2. Among the tiles that fit: the least work counting padded
+rows and each load per FMA at a quarter (in cache the FMA units bound every tile with both rows and
+vectors: znver4 16 x 512 -> 512 8 x 2, 4 x 4 and 8 x 1 alike, 6 x 4 padded to 18 rows 15 % slower),
+then the least padding, then the most vectors (AVX2, 8-16 rows: 2 x 4 tiles 15-30 % less CPU time
+than 4 x 2).
+
+Memory-bound products (at most 16 rows) with several row tiles are cut into blocks of the reduction
+whose weight vectors fill at most a quarter of the L2 cache, and a task per panel runs every row
+tile over a block before the next: the weight is read from memory once. Before, 16 rows took 3 tiles
+of 6 rows each streaming its panel, three reads of the weight (45-49 % of the copy bandwidth); in
+CPU time the blocks cost nothing against whole-reduction tiles. Rejected: blocks with all rows'
+accumulators in a task buffer (slower: the accumulators left the registers), and narrower L2-sized
+panels for 8-16 rows (1.5-2.3x slower). Batched products of two activations (attention) are
+``tiled``'s.
+"""
 
 from __future__ import annotations
 

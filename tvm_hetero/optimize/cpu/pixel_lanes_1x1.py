@@ -1,5 +1,26 @@
-"""The ``pixel-lanes-1x1`` CPU rule: 1x1 stride-1 convolutions: a matrix product with vector lanes
-along the pixels (contiguous output and residual); register tiles of channels x pixel vectors."""
+"""The ``pixel-lanes-1x1`` CPU rule: 1x1 stride-1 NCHW convolutions: a matrix product over the
+pixels ``y * W + x`` with vector lanes along them (contiguous input, residual and output); register
+tiles of channels x pixel vectors.
+
+What: a register tile is r output channels x v pixel vectors (v vector loads, r weight broadcasts,
+r * v fused multiply-adds per input channel), chosen for the fewest loads per multiply-add with at
+most 16 accumulators and the input panel (channels x tile pixels) within the L1 cache. The pixel
+tiles are the outer parallel loop, the output-channel tiles inside, so each panel is reused from
+cache.
+
+Why: with lanes along the output channels (``packed-weights``) the epilogue scatters the output one
+lane per channel plane (planes 12.5 KB apart at 56x56) and gathers a residual the same way; along
+the pixels the input, a residual and the output are whole vectors.
+
+Declined, and rejected alternatives: pixels that are not a multiple of the lanes (14x14, 7x7,
+SqueezeNet's 55x55, 27x27, 13x13). Ragged vectors need predicates, and TVM then scalarizes the tile
+(3x slower on SqueezeNet's classifier; ``tirx.enable_buffer_level_predication`` did not change it);
+14- or 13-lane vectors (the largest divisor of the pixels) ran 3-6x slower than ``packed-weights``;
+``loop_partition`` can split off the ragged tail, but its partition blocks carry whole-buffer
+regions, so the epilogue can no longer be computed at the tile. Declined too where the epilogue
+broadcasts the convolution's output over more images, rows or columns: the pixels renumbered per
+image are not the epilogue's, and the rule raised.
+"""
 
 from __future__ import annotations
 

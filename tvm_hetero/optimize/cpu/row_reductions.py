@@ -1,6 +1,25 @@
-"""The ``row-reductions`` CPU rule: kernels that reduce rows along their innermost axis
-(softmax, layer norm, a 1x1 convolution of a 1x1 map such as squeeze-and-excite's): one row
-per task, every block of the row computed there, reductions in vector partial sums."""
+"""The ``row-reductions`` CPU rule: kernels that reduce rows along their innermost axis (softmax,
+layer norm, a 1x1 convolution of a 1x1 map such as squeeze-and-excite's, matrix-vector products with
+``[output, reduction]`` weights): one row per task, every block of the row computed there,
+reductions in vector partial sums.
+
+What: the reductions' leading spatial loops are parallel from 2^15 iterations. Elementwise blocks
+read once are inlined (a softmax's exponentials, read twice, are computed once per row). Each
+reduction is split into a vector of partial sums (``rfactor``: whole, half or quarter vectors that
+divide the row; a prime row such as ViT's 197 tokens stays serial) summed across at the end, so a
+row's sum is added in another order (rounding differences near 1e-7 relative); the elementwise steps
+are vectorized along the row.
+
+Why: these kernels had no rule or ``parallel-loops``' serial row loops. Layer norm 0.09-0.19x and
+softmax 0.36-0.48x of ``parallel-loops``' time (BERT, GPT-2, ViT; alternating, shared machine).
+
+Rejected: dlight's CPU ``Reduction`` rule, which keeps the reductions serial (rfactor did not
+combine with compute_at there; here the partial block is factored out first, then computed per row)
+and recomputes a softmax's max and sum per element (2.2 ms for 1000 classes against 0.01). dlight's
+CPU ``GEMV`` for ``[N, K]`` products: LLVM never finished compiling its 128-lane gather for a
+generated ``[1, 16, 48, 68] x [68, 1]`` MatMul, and took 23 s for 1024 x 1024, against 0.03 s as
+rows.
+"""
 
 from __future__ import annotations
 

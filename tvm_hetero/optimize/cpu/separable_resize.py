@@ -1,5 +1,14 @@
-"""The ``separable-resize`` CPU rule: the two passes of :mod:`tvm_hetero.ops.resize` kept apart,
-the columns of one map's input rows computed per task, then its output rows in vector lanes."""
+"""The ``separable-resize`` CPU rule: bilinear resizes legalized as two passes
+(:mod:`tvm_hetero.ops.resize`): a task per map computes the columns of its input rows, then its
+output rows, each from two of those rows, contiguous in vector lanes; an elementwise epilogue is
+inlined into the rows pass.
+
+Why: the source indices and weights of each row and column are build-time constants, where TVM's
+``resize2d`` computes four inputs' coordinates, floors, clamps and weights again per element. With
+fewer maps (batch x channels) than the rule's threshold, a task per output row instead, the columns
+pass first. DeepLabV3's 21 x 32x32 -> 256x256 upsampling 1.47 -> 0.26 ms alone. Kernels without
+blocks (TVM's scatters, which raised in it) are declined.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,20 @@
-"""The ``split-k-gemv`` CPU rule: matrix-vector products with a [reduction, output] weight:
-parallel slices of the reduction, each streaming whole weight rows into a partial output; the
-partials added last."""
+"""The ``split-k-gemv`` CPU rule: matrix-vector products with a ``[reduction, output]`` weight of at
+least 2^20 elements (batch-1 dense layers after constant folding): parallel slices of the reduction,
+each streaming whole weight rows into a partial output; the partials added last.
+
+What: the reduction is cut into 8 slices (``rfactor``); each parallel task streams whole rows of its
+slice into a partial output, the innermost loop over the outputs vectorized by LLVM; a last short
+loop adds the 8 partials. 2 to 16 slices ran the same on 2 threads.
+
+Why: tiles along the output walk such a weight in strips, a short piece of every row, which streams
+badly once the weight is out of cache (AlexNet's 9216 x 4096 is 151 MB). Against ``tiled``:
+AlexNet's dense layers 15.4 -> 5.4, 6.9 -> 2.4 and 0.97 -> 0.22 ms; ResNet-50's classifier 0.21 ->
+0.10 ms.
+
+Rejected for smaller weights, which stay in cache and where the partials cost more than they give:
+2048 x 10 2.2 us ``tiled``, 7.0 us split (2048 x 128 the same either way, 2048 x 1000 twice as fast
+split).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,32 @@
 """The ``winograd`` CPU rule: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) in NCHW16c (chosen
-at preparation): one parallel task per row of output tiles computes its input transform, the
-channel products in register tiles, the inverse transform and the epilogue."""
+at preparation, :mod:`tvm_hetero.ops.winograd`): one parallel task per row of output tiles computes
+everything that row needs, its padded input rows, their transform, the 36 channel products in
+register tiles, the inverse transform and the output rows with the fused epilogue.
+
+What: each 4x4 output tile comes from a 6x6 input tile with 36 products per (input, output) channel
+pair instead of 144. The weights are transformed once, at preparation. Per call the kernel
+transforms the input tiles (``B^T d B``), multiplies per (e, n) of the 6x6 transform domain (36
+small matrix products) and transforms back (``A^T M A``). The transforms are vectorized along the 16
+channel lanes and unrolled over their constant matrices, so the ``Select`` on each matrix row folds
+away. The products are register tiles of tile columns x channel vectors (``packed_tile``, its weight
+vectors innermost) accumulated over the input channels per (e, n), so a task reads each transformed
+weight once.
+
+Why: one thread-pool launch per kernel and no data crossing cores. It runs blocked because in NCHW
+the transforms read and write across channel planes, and TVM scalarizes strided vector accesses: the
+same kernel in NCHW took 0.78 of the direct one's time at 16 channels and 32x32, against 0.39
+blocked. It pays on the zoo models, SqueezeNet and ResNet-50's 56x56 and 28x28 layers
+(docs/measurements.md, "Winograd convolutions"). Numerics: largest relative error against float64
+direct convolution 1.2e-6 (16-32 channels) to 8e-6 (512).
+
+Rejected: Winograd where the transformed weights are large against the tiles, since each task reads
+them once and a layer with few tiles streams them for little work. Preparation keeps those direct:
+ResNet-50's 512-channel 7x7 layer (4 tiles) ran 4x slower as Winograd, and adding its 14x14 layers
+(9.4 MB of weights, 16 tiles) made the model about 2 % slower. MetaSchedule is not asked to tune
+these kernels: it does not unroll the transforms over their constant matrices, and its best after
+128 trials on the 32-channel layer was 389 us. A kernel of one tile row is declined (its schedule
+raised in ``reorder``).
+"""
 
 from __future__ import annotations
 

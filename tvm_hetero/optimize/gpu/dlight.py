@@ -1,4 +1,17 @@
-"""TVM dlight's rules as table rules: its GPU rules, and the CPU reduction rule."""
+"""TVM dlight's rules as table rules: its GPU rules (``Matmul``, ``GEMV``, ``Reduction``,
+``GeneralReduction``, ``Fallback``, in dlight's order), and the CPU ``Reduction`` rule.
+
+A dlight rule that fails a schedule step or an assert declines the kernel (``gpu.Matmul`` on a
+convolution with a residual add), and the next rule takes it. On ``cuda`` our rules come first where
+dlight's schedule does measurably more work than the layer or leaves SMs idle
+(:mod:`tvm_hetero.optimize.gpu.rules`); ``GEMV`` and ``Reduction`` run within a work budget of 1.3x
+the layer's work, and ``Fallback`` is last, since a GPU kernel must be scheduled.
+
+On a CPU only ``Reduction`` is used, and only for the reductions ``parallel-loops`` declines (too
+small for the thread pool): on a softmax or a norm it recomputes the row's max, sum or mean per
+element (2.2 ms for a 1000-class softmax against 0.01). Its CPU ``GEMV`` is not used: LLVM could
+take minutes on its gathers.
+"""
 
 from __future__ import annotations
 
