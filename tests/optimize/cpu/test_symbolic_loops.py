@@ -79,3 +79,63 @@ def test_attention_is_right_at_every_size(devices):
                    for _ in range(3))
         (out,) = compiled.run({"q": q, "k": k, "v": v})
         np.testing.assert_allclose(out, reference(q, k, v), rtol=1e-4, atol=1e-5)
+
+
+def test_schedule_weighted_sum_over_a_symbolic_sequence():
+    # the weighted sum p @ v over [1, 4, seq, seq] x [1, 4, seq, 32]: heads x rows fused and
+    # parallel; the 32 outputs of a row (2 vectors of 16 lanes) innermost under the reduction
+    # over the sequence, their initialization taken out of it
+    from tvm.script import tirx as T
+
+    from tests.helpers.schedules import check
+
+    @T.prim_func(private=True, s_tir=True)
+    def before(p_in: T.handle, v_in: T.handle, out_in: T.handle):
+        T.func_attr({"op_pattern": 4, "tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
+        seq = T.int64()
+        hx3 = T.match_buffer(p_in, (T.int64(1), T.int64(4), seq, seq))
+        v = T.match_buffer(v_in, (T.int64(1), T.int64(4), seq, T.int64(32)))
+        matmul = T.match_buffer(out_in, (T.int64(1), T.int64(4), seq, T.int64(32)))
+        for i0, i1, i2, i3, k in T.grid(T.int64(1), T.int64(4), seq, T.int64(32), seq):
+            with T.sblock("matmul"):
+                v_i0, v_i1, v_i2, v_i3, v_k = T.axis.remap("SSSSR", [i0, i1, i2, i3, k])
+                T.reads(hx3[v_i0, v_i1, v_i2, v_k], v[v_i0, v_i1, v_k, v_i3])
+                T.writes(matmul[v_i0, v_i1, v_i2, v_i3])
+                with T.init():
+                    matmul[v_i0, v_i1, v_i2, v_i3] = T.float32(0.0)
+                matmul[v_i0, v_i1, v_i2, v_i3] = (matmul[v_i0, v_i1, v_i2, v_i3]
+                                                  + hx3[v_i0, v_i1, v_i2, v_k]
+                                                  * v[v_i0, v_i1, v_k, v_i3])
+
+    @T.prim_func(private=True, s_tir=True)
+    def expected(p_in: T.handle, v_in: T.handle, out_in: T.handle):
+        T.func_attr({"op_pattern": 4, "tirx.noalias": True, "tvm_hetero.op_kinds": ["matmul"]})
+        seq = T.int64()
+        hx3 = T.match_buffer(p_in, (T.int64(1), T.int64(4), seq, seq))
+        v = T.match_buffer(v_in, (T.int64(1), T.int64(4), seq, T.int64(32)))
+        matmul = T.match_buffer(out_in, (T.int64(1), T.int64(4), seq, T.int64(32)))
+        for ax0_ax1_fused in T.parallel(seq * T.int64(4)):
+            for ax2_0_init in range(T.int64(2)):
+                for ax2_1_init in T.vectorized(T.int64(16)):
+                    with T.sblock("matmul_init"):
+                        v0 = T.axis.spatial(T.int64(4), ax0_ax1_fused // seq)
+                        v1 = T.axis.spatial(seq, ax0_ax1_fused % seq)
+                        v2 = T.axis.spatial(T.int64(32), ax2_0_init * T.int64(16) + ax2_1_init)
+                        T.reads()
+                        T.writes(matmul[T.int64(0), v0, v1, v2])
+                        matmul[T.int64(0), v0, v1, v2] = T.float32(0.0)
+            for ax3, ax2_0 in T.grid(seq, T.int64(2)):
+                for ax2_1 in T.vectorized(T.int64(16)):
+                    with T.sblock("matmul_update"):
+                        v0 = T.axis.spatial(T.int64(4), ax0_ax1_fused // seq)
+                        v1 = T.axis.spatial(seq, ax0_ax1_fused % seq)
+                        v2 = T.axis.spatial(T.int64(32), ax2_0 * T.int64(16) + ax2_1)
+                        v3 = T.axis.reduce(seq, ax3)
+                        T.reads(matmul[T.int64(0), v0, v1, v2], hx3[T.int64(0), v0, v1, v3],
+                                v[T.int64(0), v0, v3, v2])
+                        T.writes(matmul[T.int64(0), v0, v1, v2])
+                        matmul[T.int64(0), v0, v1, v2] = (matmul[T.int64(0), v0, v1, v2]
+                                                          + hx3[T.int64(0), v0, v1, v3]
+                                                          * v[T.int64(0), v0, v3, v2])
+
+    check(SymbolicLoops(), before, expected)
