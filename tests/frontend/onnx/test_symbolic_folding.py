@@ -291,6 +291,7 @@ def test_a_derived_dimension_needs_the_range_of_its_base():
                       shape_ranges={})
 
 
+@pytest.mark.slow  # two CUDA builds, each kernel emulated at several lengths (about a minute)
 @pytest.mark.parametrize("case", ["attention", "decode"])
 def test_builds_for_cuda_and_its_kernels_are_right(case):
     """All on ``cuda@sm_90`` (no GPU needed): every kernel over the sequence (or the cache) is
