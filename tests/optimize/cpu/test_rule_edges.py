@@ -482,6 +482,10 @@ def _kernels():
     def kernel(kinds, *tensors):
         return te.create_prim_func(list(tensors)).with_attr("tvm_hetero.op_kinds", kinds)
 
+    n = te.var("n", dtype="int64")
+    x = te.placeholder((4, n, n), name="x")
+    # a softmax over rows of a symbolic length and count (attention over a shape range)
+    yield "softmax-symbolic-rows", kernel(["softmax"], x, topi.nn.softmax(x, axis=-1))
     x, w, b = (te.placeholder((1, 64), name="x"), te.placeholder((48, 64), name="w"),
                te.placeholder((48,), name="b"))
     y = topi.add(topi.matmul(x, w, transp_b=True), b)
@@ -525,7 +529,9 @@ def _check_kernel(name, func, target):
     func = func.with_attr("target", target)
     scheduled, rule = optimize_function(func, target, name)
     rng = np.random.default_rng(0)
-    args = [rng.standard_normal([int(d) for d in p.ty.shape]).astype(str(p.ty.dtype))
+    # a symbolic dimension (a shape range's) at 13: a vector and a tail
+    args = [rng.standard_normal([int(d) if isinstance(d, tvm.tirx.IntImm) else 13
+                                 for d in p.ty.shape]).astype(str(p.ty.dtype))
             for p in func.params]
 
     def run(f, times):
