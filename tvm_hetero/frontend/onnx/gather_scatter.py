@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ModelError
-from .index_guard import guard_indices, static_dims
+from .index_guard import guard_indices, known_dims, static_bounds
 from .registry import FIXES, constant_value, node_name
 
 
@@ -20,9 +20,8 @@ def _axis(attrs, rank: int, default: int = 0) -> int:
 
 
 def _checked(importer, indices, bounds, op_name, attrs):
-    if constant_value(indices) is not None and all(hasattr(b, "__index__") or
-                                                   _is_int(b) for b in bounds):
-        bounds = [int(b) for b in bounds]
+    if constant_value(indices) is not None and static_bounds(bounds) is not None:
+        bounds = static_bounds(bounds)
         values = constant_value(indices).reshape(-1, len(bounds)) if indices.ty.ndim else \
             constant_value(indices).reshape(-1, 1)
         limits = np.array(bounds)
@@ -31,22 +30,6 @@ def _checked(importer, indices, bounds, op_name, attrs):
                              f"outside [-n, n) for n = {list(bounds)}")
         return indices
     return guard_indices(importer.bb, indices, bounds, op_name, node_name(attrs))
-
-
-def _is_int(dim) -> bool:
-    from tvm import tirx
-
-    return isinstance(dim, (int, tirx.IntImm))
-
-
-def _dims(data, op_name: str) -> list:
-    """The data's dimensions: ints, or PrimExprs where symbolic (a shape range's)."""
-    from tvm import tirx
-
-    values = getattr(getattr(data.ty, "shape", None), "values", None)
-    if values is None:
-        return list(static_dims(data, op_name))
-    return [int(d) if isinstance(d, tirx.IntImm) else d for d in values]
 
 
 def _tvm_converter(op_name):
@@ -63,7 +46,7 @@ def _with_checked_indices(op_name: str, bounds_of):
         data, indices = inputs[0], inputs[1]
         if not isinstance(data.ty, relax.TensorType):  # a shape: TVM's converter folds it
             return None
-        dims = _dims(data, op_name)
+        dims = known_dims(data, op_name)
         checked = _checked(importer, indices, bounds_of(dims, indices, attrs), op_name, attrs)
         inputs = list(inputs)
         inputs[1] = checked

@@ -24,14 +24,37 @@ OUT_OF_RANGE = "out-of-range index"
 BOUNDS_PARAM_ATTR = "tvm_hetero.index_bounds_param"
 
 
+def _check_loops(src, limit, dst, rows, cols, dtype: str, message: str):
+    """The check's loop nest over ``[rows, cols]`` views of the indices, as a TVMScript macro
+    both guard kernels expand: one serial loop (the check raises from inside it, so it must
+    stay out of parallel loops: tir.is_scheduled keeps the schedule rules away); bound j
+    checks column j."""
+    from tvm.script import tirx as T
+
+    @T.macro
+    def check():
+        with T.sblock("root"):
+            for i, j in T.grid(rows, cols):
+                with T.sblock("index_guard"):
+                    vi = T.axis.spatial(rows, i)
+                    vj = T.axis.spatial(cols, j)
+                    T.reads(src[vi, vj], limit[vj])
+                    T.writes(dst[vi, vj])
+                    index = src[vi, vj]
+                    extent = T.Cast(dtype, limit[vj])
+                    assert index >= -extent and index < extent, message
+                    dst[vi, vj] = T.if_then_else(index < 0, index + extent, index)
+
+    return check
+
+
 def _guard_func(shape: tuple[int, ...], dtype: str, bounds: tuple[int, ...], message: str):
+    """The check over indices of a static `shape`, viewed as ``[rows, len(bounds)]``."""
     from tvm.script import tirx as T
 
     rows = math.prod(shape[:-1]) if len(bounds) > 1 else math.prod(shape)
     cols = len(bounds)
 
-    # one serial loop (the check raises from inside it, so it must stay out of parallel
-    # loops: tir.is_scheduled keeps the schedule rules away); bound j checks column j
     @T.prim_func(private=True, check_well_formed=False)
     def guard(idx_in: T.handle, bounds_in: T.handle, idx_out: T.handle):
         T.func_attr({"tir.noalias": True, "tir.is_scheduled": True})
@@ -40,17 +63,7 @@ def _guard_func(shape: tuple[int, ...], dtype: str, bounds: tuple[int, ...], mes
         dst = T.match_buffer(idx_out, shape, dtype)
         src_flat = T.decl_buffer((rows, cols), dtype, data=src.data)
         dst_flat = T.decl_buffer((rows, cols), dtype, data=dst.data)
-        with T.sblock("root"):
-            for i, j in T.grid(rows, cols):
-                with T.sblock("index_guard"):
-                    vi = T.axis.spatial(rows, i)
-                    vj = T.axis.spatial(cols, j)
-                    T.reads(src_flat[vi, vj], limit[vj])
-                    T.writes(dst_flat[vi, vj])
-                    index = src_flat[vi, vj]
-                    extent = T.Cast(dtype, limit[vj])
-                    assert index >= -extent and index < extent, message
-                    dst_flat[vi, vj] = T.if_then_else(index < 0, index + extent, index)
+        _check_loops(src_flat, limit, dst_flat, rows, cols, dtype, message)()
 
     return guard.with_attr(BOUNDS_PARAM_ATTR, 1)  # bounds_in
 
@@ -66,30 +79,29 @@ def _guard_func_rows(cols: int, dtype: str, message: str):
         src = T.match_buffer(idx_in, (rows, cols), dtype)
         limit = T.match_buffer(bounds_in, (cols,), "int32")
         dst = T.match_buffer(idx_out, (rows, cols), dtype)
-        with T.sblock("root"):
-            for i, j in T.grid(rows, cols):
-                with T.sblock("index_guard"):
-                    vi = T.axis.spatial(rows, i)
-                    vj = T.axis.spatial(cols, j)
-                    T.reads(src[vi, vj], limit[vj])
-                    T.writes(dst[vi, vj])
-                    index = src[vi, vj]
-                    extent = T.Cast(dtype, limit[vj])
-                    assert index >= -extent and index < extent, message
-                    dst[vi, vj] = T.if_then_else(index < 0, index + extent, index)
+        _check_loops(src, limit, dst, rows, cols, dtype, message)()
 
     return guard.with_attr(BOUNDS_PARAM_ATTR, 1)  # bounds_in
 
 
-def _symbolic_shape(expr):
-    """The shape of a Relax tensor expression whose dimensions are known, some symbolic; None
-    for an unknown shape or a static one."""
+def known_dims(expr, what: str) -> list:
+    """The dimensions of a Relax tensor expression of known shape: ints, and PrimExprs where
+    symbolic (a shape range's); a ModelError naming ``what`` for an unknown shape."""
     import tvm
 
     values = getattr(getattr(expr.ty, "shape", None), "values", None)
-    if values is None or all(isinstance(d, tvm.tirx.IntImm) for d in values):
-        return None
-    return list(values)
+    if values is None:
+        return list(static_dims(expr, what))
+    return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in values]
+
+
+def static_bounds(bounds) -> tuple[int, ...] | None:
+    """`bounds` as ints where every one is known at build time; None where one is symbolic."""
+    import tvm
+
+    if all(isinstance(b, (int, np.integer, tvm.tirx.IntImm)) for b in bounds):
+        return tuple(int(b) for b in bounds)
+    return None
 
 
 def static_dims(expr, what: str) -> tuple[int, ...]:
@@ -144,14 +156,11 @@ def guard_indices(bb, indices, bounds: Sequence[int], op_name: str, node_name: s
     from tvm import relax
 
     dtype = str(indices.ty.dtype)
-    symbolic = _symbolic_shape(indices)
-    if symbolic is not None or not all(isinstance(b, (int, np.integer)) or hasattr(b, "value")
-                                       for b in bounds):
-        if symbolic is None:
-            symbolic = list(static_dims(indices, f"{op_name}'s indices"))
-        return _guard_rows(bb, indices, symbolic, dtype, bounds, op_name, node_name)
-    bounds = tuple(int(b) for b in bounds)
-    shape = static_dims(indices, f"{op_name}'s indices")
+    dims = known_dims(indices, f"{op_name}'s indices")
+    static = static_bounds(bounds)
+    if static is None or not all(isinstance(d, int) for d in dims):
+        return _guard_rows(bb, indices, dims, dtype, bounds, op_name, node_name)
+    bounds, shape = static, tuple(dims)
     if len(bounds) > 1 and (not shape or shape[-1] != len(bounds)):
         raise ModelError(f"{op_name}: indices of shape {shape} do not end in {len(bounds)}")
     if math.prod(shape) == 0:
@@ -172,7 +181,7 @@ def _guard_rows(bb, indices, shape, dtype: str, bounds: tuple[int, ...], op_name
     from tvm import relax
 
     cols = len(bounds)
-    if cols > 1 and (not shape or not hasattr(shape[-1], "value") or int(shape[-1]) != cols):
+    if cols > 1 and (not shape or shape[-1] != cols):
         raise ModelError(f"{op_name}: indices of shape {shape} do not end in {cols}")
     rows = math.prod(shape[:-1] if cols > 1 else shape)
     where = f" (node {node_name})" if node_name else ""
@@ -182,8 +191,8 @@ def _guard_rows(bb, indices, shape, dtype: str, bounds: tuple[int, ...], op_name
     global_var = bb.add_func(_guard_func_rows(cols, dtype, message),
                              f"index_guard_{op_name.lower()}")
     flat = bb.normalize(relax.op.reshape(indices, relax.ShapeExpr([rows, cols])))
-    if all(isinstance(b, (int, np.integer)) or hasattr(b, "value") for b in bounds):
-        limits = relax.const(np.array([int(b) for b in bounds], dtype="int32"))
+    if static_bounds(bounds) is not None:
+        limits = relax.const(np.array(static_bounds(bounds), dtype="int32"))
     else:  # an extent known at run time (a shape range's dimension)
         limits = bb.normalize(relax.op.astype(
             relax.op.shape_to_tensor(relax.ShapeExpr(list(bounds))), "int32"))
