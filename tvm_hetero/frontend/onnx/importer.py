@@ -138,9 +138,9 @@ def _opset(model) -> int:
     return 1
 
 
-def _symbolic_shapes(shape_dict: dict[str, list]) -> dict[str, list]:
+def _symbolic_shapes(shape_dict: dict[str, list]) -> tuple[dict[str, list], dict]:
     """Each input's shape for TVM's importer: sizes, and the dimensions' variables (one per
-    name) where named."""
+    name) where named; and those variables by name."""
     from tvm import tirx
 
     variables: dict[str, object] = {}
@@ -155,7 +155,7 @@ def _symbolic_shapes(shape_dict: dict[str, list]) -> dict[str, list]:
             else:
                 dims.append(dim)
         out[name] = dims
-    return out
+    return out, variables
 
 
 def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str],
@@ -171,7 +171,7 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str],
         a dynamic dimension.
     ranges : dict of str to (int, int), optional
         ``(min, max)`` of each dynamic dimension, where the shape arithmetic over it is
-        evaluated (:mod:`.symbolic_folding`); a dimension not named: ``(1, 4096)``.
+        evaluated (:mod:`.symbolic_folding`).
 
     Returns
     -------
@@ -198,11 +198,7 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str],
             node.name = f"{node.op_type}_{index}"
         seen.add(node.name)
     shape_folding.pin_input_shapes(model_copy, shape_dict)
-    dims = {dim_parts(d)[0] for shape in shape_dict.values() for d in shape
-            if isinstance(d, str)}
-    if dims:
-        symbolic_folding.fold_symbolic_shape_arithmetic(
-            model_copy, shape_dict, {d: (ranges or {}).get(d, (1, 4096)) for d in dims})
+    symbolic_folding.fold_symbolic_shape_arithmetic(model_copy, shape_dict, ranges or {})
     static_shapes = shape_folding.fold_shape_arithmetic(model_copy)
     output_shapes = {node.name: static_shapes.get(node.output[0])
                      for node in model_copy.graph.node if node.output}
@@ -238,8 +234,9 @@ def import_onnx(model, shape_dict: dict[str, list], dtype_dict: dict[str, str],
 
     # a named dynamic dimension is one symbolic variable, shared by every input that has it
     # (``seq``) or a dimension it fixes (``past+1``)
-    importer = _FixedImporter(_symbolic_shapes(shape_dict), dtype_dict,
-                              keep_params_in_input=False)
+    shapes, dimension_vars = _symbolic_shapes(shape_dict)
+    importer = _FixedImporter(shapes, dtype_dict, keep_params_in_input=False)
+    importer.dimension_vars = dimension_vars  # what folded symbolic values are written over
     importer.upper_bounds = {}  # symbolic dimension name -> upper bound
     mod = importer.from_onnx(model_copy.graph, _opset(model_copy))
     if importer.upper_bounds:

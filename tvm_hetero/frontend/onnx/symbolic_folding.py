@@ -47,6 +47,8 @@ DOMAIN = "tvm_hetero"
 _PROBE_SIZES = (7, 5, 11, 13, 3, 17, 19, 23, 2, 29, 31, 37, 41, 43, 47, 1)
 #: probes beyond those that fix the polynomial: the fit must hold on them too
 _CHECK_PROBES = 2
+#: the sizes probed for a dimension given without a range
+DEFAULT_RANGE = (1, 4096)
 #: values with more elements than this are not fitted (shape tensors have a handful)
 _MAX_ELEMENTS = 64
 #: (op type, input position) of the inputs TVM's converters take a shape or a scalar at
@@ -148,7 +150,8 @@ def fold_symbolic_shape_arithmetic(model, shape_dict: dict[str, list], ranges: d
     shape_dict : dict of str to list
         Each graph input's shape: sizes and dimension names.
     ranges : dict
-        ``{dim: (min, max)}`` for every dimension name in `shape_dict`.
+        ``{dim: (min, max)}`` of the dimensions in `shape_dict`; one not given:
+        :data:`DEFAULT_RANGE`.
 
     Returns
     -------
@@ -162,7 +165,7 @@ def fold_symbolic_shape_arithmetic(model, shape_dict: dict[str, list], ranges: d
                    if isinstance(d, str)})
     if not dims:
         return 0
-    points, monomials = probe_points(dims, ranges)
+    points, monomials = probe_points(dims, {d: ranges.get(d, DEFAULT_RANGE) for d in dims})
     fitted = len(monomials)
     probes = []
     for point in points:
@@ -208,11 +211,10 @@ def fold_symbolic_shape_arithmetic(model, shape_dict: dict[str, list], ranges: d
         return 0
     produced = {name for node in kept for name in node.output}
     needed = set(outputs)
+    readers: dict[str, list[tuple]] = {}  # name -> (node, input position) of kept nodes
     for node in kept:
         needed.update(node.input)
         needed.update(shape_folding._outer_names(node))
-    readers: dict[str, list[tuple]] = {}  # name -> (node, input position) of kept nodes
-    for node in kept:
         for position, name in enumerate(node.input):
             readers.setdefault(name, []).append((node, position))
     new_nodes = []
@@ -254,22 +256,6 @@ def fold_symbolic_shape_arithmetic(model, shape_dict: dict[str, list], ranges: d
     return removed
 
 
-def _dimension_vars(importer) -> dict:
-    """The importer's symbolic dimension variables, by name (from its inputs' shapes)."""
-    from tvm import relax, tirx
-    from tvm.tirx.analysis import undefined_vars
-
-    found = {}
-    for var in importer._inputs.values():
-        if isinstance(var, relax.Var) and isinstance(getattr(var.ty, "shape", None),
-                                                     relax.ShapeExpr):
-            for dim in var.ty.shape.values:
-                if not isinstance(dim, tirx.IntImm):  # a variable, or one plus an offset
-                    for symbol in undefined_vars(dim):
-                        found[symbol.name] = symbol
-    return found
-
-
 @fix(SYMBOLIC_VALUE_OP)
 def _symbolic_value(importer, inputs, attrs, opset):
     """A folded symbolic value: a ``ShapeExpr`` (a vector) or a ``PrimValue`` (a scalar)."""
@@ -279,7 +265,7 @@ def _symbolic_value(importer, inputs, attrs, opset):
     if isinstance(polynomial, bytes):
         polynomial = polynomial.decode()
     polynomial = json.loads(polynomial)
-    variables = _dimension_vars(importer)
+    variables = importer.dimension_vars  # the variables import_onnx gave the inputs
     missing = [d for d in polynomial["dims"] if d not in variables]
     if missing:
         raise ModelError(f"symbolic dimension(s) {', '.join(missing)} of a folded shape value "
