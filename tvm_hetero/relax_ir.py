@@ -196,6 +196,18 @@ def bounded_dim(dim, bounds: dict[str, int]):
     return max(int(value), 0)
 
 
+def has_symbolic_extent(func) -> bool:
+    """Whether a buffer parameter of PrimFunc `func` has a symbolic dimension (a shape
+    range's, or one the input values decide)."""
+    import tvm
+
+    for param in func.params:
+        shape = getattr(param.ty, "shape", None)
+        if shape is not None and not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+            return True
+    return False
+
+
 def bounded_kernel(func, bounds: dict[str, int]):
     """A layer's PrimFunc with each symbolic dimension fixed at its upper bound in `bounds` (1
     without one): the kernel a profile times for a layer whose shapes depend on input values;

@@ -34,6 +34,7 @@ strided views, which TVM 0.27's ``specialize`` refuses at a symbolic offset.
 from __future__ import annotations
 
 from ...layers.classify import LAYER_KINDS
+from ...relax_ir import has_symbolic_extent
 from ...target import vector_lanes
 from ..rule import Rule
 from .analysis import loop_extent, walks_contiguously
@@ -42,17 +43,6 @@ from .schedule_helpers import schedule_inlined
 
 # a static reduction under a symbolic inner loop: this many of its steps per pass over the row
 REDUCTION_STEP = 8
-
-
-def has_symbolic_extent(func) -> bool:
-    """Whether a buffer parameter of `func` has a symbolic dimension."""
-    from tvm import tirx
-
-    for param in func.params:
-        shape = getattr(param.ty, "shape", None)
-        if shape is not None and not all(isinstance(d, tirx.IntImm) for d in shape):
-            return True
-    return False
 
 
 class SymbolicLoops(Rule):

@@ -23,6 +23,7 @@ import logging
 import math
 
 from ...layers.classify import LAYER_KINDS
+from ...relax_ir import has_symbolic_extent
 from ..rule import Rule
 
 logger = logging.getLogger(__name__)
@@ -117,8 +118,7 @@ class RowChains(Rule):
 
         if target.kind.name != "cuda" or not isinstance(func, tirx.PrimFunc):
             return None
-        if any(not all(isinstance(d, tirx.IntImm) for d in getattr(p.ty, "shape", ()))
-               for p in func.params):
+        if has_symbolic_extent(func):
             return None  # rows of a symbolic length or count: dlight's rules take them
         try:
             return _schedule(func, target)
