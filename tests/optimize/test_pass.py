@@ -12,10 +12,12 @@ from tvm_hetero.testing import max_relative_error, onnx_reference, random_placem
 from tests.helpers.models import light, zoo, zoo_direct
 
 
-# light:resnet50 (40 s) is slow: the default run has the zoo's resnet, and ResNet-50's
-# all-on-cpu build (shared with the tests of its rules) against onnxruntime below
+# light:resnet50 (40 s) and light:bvlc_alexnet (20 s) are slow: the default run has the zoo's
+# resnet, ResNet-50's all-on-cpu build (shared with the tests of its rules) against
+# onnxruntime below, and AlexNet's random placements in build/test_compile.py
 @pytest.mark.parametrize("name", ["mlp", "cnn", "vgg", "resnet", "transformer",
-                                  "light:bvlc_alexnet", "light:squeezenet",
+                                  pytest.param("light:bvlc_alexnet", marks=pytest.mark.slow),
+                                  "light:squeezenet",
                                   pytest.param("light:resnet50", marks=pytest.mark.slow)])
 def test_rules_match_onnxruntime(name, cpu_devices):
     """The scheduled build, all on cpu and one random placement over both devices, against
