@@ -11,8 +11,8 @@ from tvm_hetero.optimize.cpu.packed_weights import PACKED_WEIGHTS_ATTR
 from tvm_hetero.optimize.pass_ import ROW_CHUNKS, optimize_function
 from tvm_hetero.optimize.repack import _layout, pack_weight
 from tvm_hetero.optimize.row_loop import (MAX_CHUNK, MIN_CHUNK_FLOPS, MIN_WEIGHT_REUSE,
-                                          chunk_levels, row_axes, rows_independent,
-                                          schedule_rows)
+                                          WEIGHT_CHUNK, chunk_levels, row_axes,
+                                          rows_independent, schedule_rows)
 from tvm_hetero.relax_ir import OP_KINDS_ATTR
 
 TARGET = tvm.target.Target({"kind": "llvm", "mcpu": host_cpu_name(),
@@ -148,11 +148,12 @@ def test_chunk_sizes():
     assert chunk_levels(1e9, 1000) == [1]
     # small rows: the least power of two of enough work, then four times smaller, down to 1
     assert chunk_levels(MIN_CHUNK_FLOPS / 16, 1) == [16, 4, 1]
-    # a weight used on enough rows: ViT's [768, 2304] projection
-    flops, weight = 2 * 768 * 2304, 768 * 2304
-    first = chunk_levels(flops, weight)[0]
-    assert first * flops >= MIN_WEIGHT_REUSE * weight > first // 2 * flops
-    assert chunk_levels(1.0, 10 ** 9)[0] == MAX_CHUNK
+    assert chunk_levels(1.0, 0)[0] == MAX_CHUNK
+    # a row that uses its weights little (a linear layer, ViT's [768, 2304] projection): they
+    # are read once per chunk, so large chunks, then halves (at most one chunk of each)
+    assert chunk_levels(2 * 768 * 2304, 768 * 2304) == [WEIGHT_CHUNK >> i for i in range(9)]
+    # a convolution's row (an image) uses each weight element often: one row a chunk
+    assert chunk_levels(MIN_WEIGHT_REUSE * 10 ** 6, 10 ** 6) == [1]
 
 
 def _declines(func):
